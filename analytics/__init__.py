@@ -1,0 +1,1 @@
+"""PySpark analysis of trimq's latency events (DESIGN.md §8)."""

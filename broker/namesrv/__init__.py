@@ -1,0 +1,1 @@
+"""The trimq name server (DESIGN.md §7)."""

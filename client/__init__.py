@@ -1,0 +1,1 @@
+"""trimq client libraries on anyio (DESIGN.md §6)."""
