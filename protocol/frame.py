@@ -122,7 +122,8 @@ class FrameDecoder:
         stype, header_len = (word >> 24) & 0xFF, word & 0xFFFFFF
         self._check_prefix(length, stype, header_len)
         if length + 4 > self.max_frame_size:
-            return self._oversize(length, stype, header_len)
+            self._oversize(length, stype, header_len)
+            return None
         end = pos + 4 + length
         if len(buf) < end:
             if self._eof:
@@ -170,7 +171,7 @@ class FrameDecoder:
         if len(self._buf) - pos < 8 + header_len:
             if self._eof:
                 self._fail(FrameTooLargeError(message, frame_size=frame_size, limit=limit))
-            return None
+            return
         try:
             h = DECODERS[stype](self._buf[pos + 8 : pos + 8 + header_len])
         except HeaderError:

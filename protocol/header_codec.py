@@ -120,12 +120,16 @@ def decode_json(data: bytes | bytearray) -> Header:
     if type(obj) is not dict:
         raise HeaderError("JSON header must be an object", serialize_type=stype)
     raw_opaque = obj.get("opaque", 0)
-    opaque = raw_opaque if type(raw_opaque) is int and INT32_MIN <= raw_opaque <= INT32_MAX else None
+    opaque = (
+        raw_opaque if type(raw_opaque) is int and INT32_MIN <= raw_opaque <= INT32_MAX else None
+    )
     if "code" not in obj:
         raise HeaderError("JSON header has no 'code'", opaque=opaque, serialize_type=stype)
     remark = obj.get("remark")
     if remark is not None and type(remark) is not str:
-        raise HeaderError("header field 'remark' must be a string", opaque=opaque, serialize_type=stype)
+        raise HeaderError(
+            "header field 'remark' must be a string", opaque=opaque, serialize_type=stype
+        )
     return Header(
         code=_int32("code", obj["code"], opaque, stype),
         language=_language(obj.get("language", "JAVA"), opaque, stype),
@@ -268,27 +272,39 @@ def decode_msgpack(data: bytes | bytearray) -> Header:
     try:
         obj = msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True)
     except Exception as exc:  # msgpack raises many types (ValueError, ExtraData, StackError…)
-        raise HeaderError(f"msgpack header does not parse: {exc!r:.80}", serialize_type=stype) from None
+        raise HeaderError(
+            f"msgpack header does not parse: {exc!r:.80}", serialize_type=stype
+        ) from None
     if type(obj) is not list or len(obj) != _MSGPACK_FIELDS:
-        raise HeaderError(f"msgpack header must be an array of {_MSGPACK_FIELDS}", serialize_type=stype)
+        raise HeaderError(
+            f"msgpack header must be an array of {_MSGPACK_FIELDS}", serialize_type=stype
+        )
     code, language, version, opaque, flag, remark, ext = obj
     known_opaque = opaque if type(opaque) is int and INT32_MIN <= opaque <= INT32_MAX else None
     if type(language) is not str or (remark is not None and type(remark) is not str):
-        raise HeaderError("msgpack header: bad language or remark", opaque=known_opaque, serialize_type=stype)
-    if type(ext) is not dict or not all(
-        type(k) is str and type(v) is str for k, v in ext.items()
-    ):
+        raise HeaderError(
+            "msgpack header: bad language or remark", opaque=known_opaque, serialize_type=stype
+        )
+    if type(ext) is not dict or not all(type(k) is str and type(v) is str for k, v in ext.items()):
         raise HeaderError(
             "msgpack header: ext_fields must map strings to strings",
             opaque=known_opaque,
             serialize_type=stype,
         )
     return Header(
-        _int32("code", code, known_opaque, stype) if type(code) is int else _bad("code", known_opaque),
+        _int32("code", code, known_opaque, stype)
+        if type(code) is int
+        else _bad("code", known_opaque),
         language,
-        _int32("version", version, known_opaque, stype) if type(version) is int else _bad("version", known_opaque),
-        _int32("opaque", opaque, known_opaque, stype) if type(opaque) is int else _bad("opaque", known_opaque),
-        _int32("flag", flag, known_opaque, stype) if type(flag) is int else _bad("flag", known_opaque),
+        _int32("version", version, known_opaque, stype)
+        if type(version) is int
+        else _bad("version", known_opaque),
+        _int32("opaque", opaque, known_opaque, stype)
+        if type(opaque) is int
+        else _bad("opaque", known_opaque),
+        _int32("flag", flag, known_opaque, stype)
+        if type(flag) is int
+        else _bad("flag", known_opaque),
         remark,
         ext,
     )
