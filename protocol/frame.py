@@ -38,6 +38,7 @@ DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 _PREFIX = struct.Struct(">II")
 _MAX_HEADER = 0xFFFFFF
 _MAX_LENGTH = 2**31 - 1  # Java reads the length as a signed int
+_SERIALIZE_TYPES = {int(t): t for t in SerializeType}  # dict lookup: faster than the enum call
 
 
 def encode_command(cmd: RemotingCommand, *, max_frame_size: int | None = None) -> bytes:
@@ -119,8 +120,10 @@ class FrameDecoder:
                 self._fail(FrameError(f"peer closed the connection mid-frame ({avail} bytes)"))
             return None
         length, word = _PREFIX.unpack_from(buf, pos)
-        stype, header_len = (word >> 24) & 0xFF, word & 0xFFFFFF
-        self._check_prefix(length, stype, header_len)
+        stype, header_len = word >> 24, word & 0xFFFFFF
+        decoder = DECODERS.get(stype)
+        if decoder is None or length < 4 or header_len > length - 4 or length > _MAX_LENGTH:
+            self._check_prefix(length, stype, header_len)
         if length + 4 > self.max_frame_size:
             self._oversize(length, stype, header_len)
             return None
@@ -129,21 +132,18 @@ class FrameDecoder:
             if self._eof:
                 self._fail(FrameError(f"peer closed the connection mid-frame ({avail} bytes)"))
             return None
-        header = buf[pos + 8 : pos + 8 + header_len]
-        body = bytes(buf[pos + 8 + header_len : end])
-        self._consume(end)
-        h = DECODERS[stype](header)
-        return RemotingCommand(
-            code=h.code,
-            opaque=h.opaque,
-            flag=h.flag,
-            language=h.language,
-            version=h.version,
-            remark=h.remark,
-            ext_fields=h.ext_fields,
-            body=body,
-            serialize_type=SerializeType(stype),
-        )
+        body_start = pos + 8 + header_len
+        header = buf[pos + 8 : body_start]
+        body = bytes(buf[body_start:end])
+        # Consume before decoding the header: a HeaderError then leaves the stream in sync.
+        if end == len(buf):
+            buf.clear()
+            self._pos = 0
+        else:
+            self._pos = end
+        assert decoder is not None  # _check_prefix raised otherwise
+        # Header's fields are in RemotingCommand's order, so the call is positional.
+        return RemotingCommand(*decoder(header), body, _SERIALIZE_TYPES[stype])
 
     def _consume(self, end: int) -> None:
         if end == len(self._buf):
