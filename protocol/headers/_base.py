@@ -129,10 +129,15 @@ def _parse_int(raw: str, low: int, high: int, bits: int) -> int:
 
 
 def _parse_int32(raw: str) -> int:
+    # Fast path for what clients send almost always: up to 9 plain digits always fit.
+    if len(raw) <= 9 and raw.isdigit() and raw.isascii():
+        return int(raw)
     return _parse_int(raw, INT32_MIN, INT32_MAX, 32)
 
 
 def _parse_int64(raw: str) -> int:
+    if len(raw) <= 18 and raw.isdigit() and raw.isascii():
+        return int(raw)
     return _parse_int(raw, INT64_MIN, INT64_MAX, 64)
 
 
@@ -142,6 +147,9 @@ _BOOLS = {"true": True, "false": False, "1": True, "0": False}
 
 
 def _parse_bool(raw: str) -> bool:
+    value = _BOOLS.get(raw)
+    if value is not None:
+        return value
     value = _BOOLS.get(raw.lower()) if raw.isascii() else None
     if value is None:
         raise ValueError("must be true or false (or 1 or 0)")
@@ -250,7 +258,7 @@ class Codec(Generic[H]):
         label: the header name used in error messages (default: the class name).
     """
 
-    __slots__ = ("_make", "_slots", "cls", "fields", "label")
+    __slots__ = ("_make", "_rows", "_slots", "cls", "fields", "label")
 
     def __init__(
         self, cls: type[H], *, wire_names: Mapping[str, str] | None = None, label: str | None = None
@@ -268,6 +276,8 @@ class Codec(Generic[H]):
             _Slot(new.name, new.wire, new.required, _parser(new), new.kind, new.choices, desc)
             for new, desc in zip(self.fields, map(_describe, self.fields, infos), strict=True)
         )
+        # Plain tuples for decode's loop: unpacking beats attribute access on the hot path.
+        self._rows = tuple((s.name, s.wire, s.required, s.parse, s.desc) for s in self._slots)
 
     def decode(self, ext: Mapping[str, str]) -> H:
         """Build the header from ``extFields``.
@@ -276,22 +286,21 @@ class Codec(Generic[H]):
             FieldError: a required field is missing or a value does not parse.
         """
         values: dict[str, object] = {}
-        for s in self._slots:
-            raw = ext.get(s.wire)
+        get = ext.get
+        for name, wire, required, parse, desc in self._rows:
+            raw = get(wire)
             if raw is None:
-                if s.required:
-                    raise FieldError(
-                        f"{self.label}: required field {s.desc} is missing", field=s.wire
-                    )
+                if required:
+                    raise FieldError(f"{self.label}: required field {desc} is missing", field=wire)
                 continue  # the dataclass default applies
-            if s.parse is None:
-                values[s.name] = raw
+            if parse is None:
+                values[name] = raw
                 continue
             try:
-                values[s.name] = s.parse(raw)
+                values[name] = parse(raw)
             except ValueError as exc:
                 raise FieldError(
-                    f"{self.label}: field {s.desc} {exc}, got {_clip(raw)}", field=s.wire
+                    f"{self.label}: field {desc} {exc}, got {_clip(raw)}", field=wire
                 ) from None
         return self._make(**values)
 
