@@ -42,9 +42,12 @@ def _int32(name: str, value: object, opaque: int | None, stype: SerializeType) -
     if type(value) is int:
         if INT32_MIN <= value <= INT32_MAX:
             return value
-    elif type(value) is str and value.isascii() and value.lstrip("-").isdigit():
-        # fastjson accepts numeric strings for int fields; so do we.
-        return _int32(name, int(value), opaque, stype)
+    elif type(value) is str:
+        # fastjson accepts numeric strings for int fields; so do we (ASCII digits, one sign,
+        # at most 10 digits so int() can neither fail nor be made to work hard).
+        digits = value[1:] if value[:1] == "-" else value
+        if 0 < len(digits) <= 10 and digits.isascii() and digits.isdigit():
+            return _int32(name, int(value), opaque, stype)
     raise HeaderError(
         f"header field {name!r} must be a 32-bit integer, got {value!r:.40}",
         opaque=opaque,

@@ -321,6 +321,37 @@ def test_fuzz_well_framed_garbage_headers(stype: int, header: bytes, body: bytes
         assert cmd is not None and cmd.body == body
 
 
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+HEADER_KEYS = st.sampled_from(
+    ["code", "opaque", "flag", "version", "language", "remark", "extFields", "other"]
+)
+
+
+@given(st.dictionaries(HEADER_KEYS, JSON_VALUES | st.text(alphabet="-+0123456789 ", max_size=12)))
+def test_fuzz_json_headers_with_valid_json(header: dict[str, object]) -> None:
+    """Structurally valid JSON with wrong types and odd numbers: a command or a HeaderError."""
+    decoder = FrameDecoder()
+    decoder.feed(json_frame(header))
+    try:
+        cmd = decoder.next_command()
+    except ProtocolError as exc:
+        assert isinstance(exc, HeaderError)
+    else:
+        assert cmd is not None
+
+
+@pytest.mark.parametrize("value", ["--5", "+5", "-", "", " 5", "٣", "9" * 5000, "99999999999"])
+def test_json_numeric_strings_are_strict(value: str) -> None:
+    with pytest.raises(HeaderError):
+        decode_all(json_frame({"code": value, "opaque": 1}))
+
+
 @given(commands(), st.data())
 def test_fuzz_mutated_valid_frames(cmd: RemotingCommand, data: st.DataObject) -> None:
     frame = bytearray(encode_command(cmd))
