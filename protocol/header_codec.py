@@ -146,20 +146,27 @@ def decode_json(data: bytes | bytearray) -> Header:
 
 
 def encode_json(cmd: RemotingCommand) -> bytes:
-    """Encode the header as RocketMQ JSON, in the field order Java brokers use."""
+    """Encode the header as RocketMQ JSON, in the field order Java brokers use.
+
+    Raises:
+        EncodeError: a value JSON cannot carry, or text that is not UTF-8 (a lone surrogate).
+    """
     ext = cmd.ext_fields
-    return _JSON_ENCODER.encode(
-        {
-            "code": cmd.code,
-            "language": cmd.language,
-            "version": cmd.version,
-            "opaque": cmd.opaque,
-            "flag": cmd.flag,
-            "remark": cmd.remark,
-            "extFields": ext if type(ext) is dict else dict(ext),
-            "serializeTypeCurrentRPC": "JSON",
-        }
-    ).encode("utf-8")
+    try:
+        return _JSON_ENCODER.encode(
+            {
+                "code": cmd.code,
+                "language": cmd.language,
+                "version": cmd.version,
+                "opaque": cmd.opaque,
+                "flag": cmd.flag,
+                "remark": cmd.remark,
+                "extFields": ext if type(ext) is dict else dict(ext),
+                "serializeTypeCurrentRPC": "JSON",
+            }
+        ).encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        raise EncodeError(f"header cannot be encoded as JSON: {exc}") from None
 
 
 # ------------------------------------------------------------------ ROCKETMQ binary (type 1)
@@ -244,22 +251,27 @@ def encode_binary(cmd: RemotingCommand) -> bytes:
     Raises:
         EncodeError: ``code`` or ``version`` does not fit a signed short (RocketMQ writes them
             with ``writeShort``, so codes above 32767, such as the pop codes, cannot travel
-            in this form), or an ext key is longer than 32767 bytes.
+            in this form), ``opaque`` or ``flag`` does not fit a signed int, text is not
+            UTF-8 (a lone surrogate), or an ext key is longer than 32767 bytes.
     """
     if not INT16_MIN <= cmd.code <= INT16_MAX:
         raise EncodeError(f"code {cmd.code} does not fit the binary header's 16-bit code field")
     if not INT16_MIN <= cmd.version <= INT16_MAX:
         raise EncodeError(f"version {cmd.version} does not fit the binary header's 16 bits")
     lang = LanguageCode.__members__.get(cmd.language, LanguageCode.OTHER)
-    parts = [_BIN_FIXED.pack(cmd.code, lang, cmd.version, cmd.opaque, cmd.flag)]
-    remark = (cmd.remark or "").encode("utf-8")
-    parts += [_I32.pack(len(remark)), remark]
-    ext_parts: list[bytes] = []
-    for key, value in cmd.ext_fields.items():
-        k, v = key.encode("utf-8"), value.encode("utf-8")
-        if len(k) > INT16_MAX:
-            raise EncodeError(f"ext key of {len(k)} bytes is too long for the binary header")
-        ext_parts += [_I16.pack(len(k)), k, _I32.pack(len(v)), v]
+    try:
+        parts = [_BIN_FIXED.pack(cmd.code, lang, cmd.version, cmd.opaque, cmd.flag)]
+        remark = (cmd.remark or "").encode("utf-8")
+        parts += [_I32.pack(len(remark)), remark]
+        ext_parts: list[bytes] = []
+        for key, value in cmd.ext_fields.items():
+            k, v = key.encode("utf-8"), value.encode("utf-8")
+            if len(k) > INT16_MAX:
+                raise EncodeError(f"ext key of {len(k)} bytes is too long for the binary header")
+            ext_parts += [_I16.pack(len(k)), k, _I32.pack(len(v)), v]
+    except (struct.error, UnicodeEncodeError, AttributeError) as exc:
+        # AttributeError: a key or value that is not a str (no .encode).
+        raise EncodeError(f"header cannot be encoded in binary: {exc}") from None
     ext_bytes = b"".join(ext_parts)
     parts += [_I32.pack(len(ext_bytes)), ext_bytes]
     return b"".join(parts)

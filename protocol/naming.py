@@ -315,9 +315,11 @@ def v1_candidates(name: str, known_pairs: Container[tuple[str, str]]) -> list[tu
     """The ``(group, topic)`` pairs in ``known_pairs`` whose V1 retry topic is ``name``.
 
     Tries each ``_`` as the split point (the reviewers' suggestion on PR #9637) instead of
-    rebuilding every known pair's name: O(number of ``_``) lookups with a set or dict.
+    rebuilding every known pair's name: O(number of ``_``) lookups with a set or dict. A name
+    longer than a retry topic may be (255 characters) has no candidates: each lookup slices
+    and hashes the whole name, so that bound also keeps the work small.
     """
-    if not name.startswith(RETRY_PREFIX):
+    if not name.startswith(RETRY_PREFIX) or len(name) > RETRY_OR_DLQ_TOPIC_MAX_LENGTH:
         return []
     body = name[len(RETRY_PREFIX) :]
     splits = ((body[:i], body[i + 1 :]) for i, ch in enumerate(body) if ch == V1_SEPARATOR)

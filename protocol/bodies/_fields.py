@@ -10,6 +10,7 @@ value (``consumerDataSet[0].subscriptionDataSet[1].topic``), never a ``KeyError`
 
 from __future__ import annotations
 
+import math
 from enum import IntEnum
 from typing import Final, Self, TypeVar
 
@@ -76,9 +77,15 @@ def as_bool(value: object, path: str) -> bool:
 
 
 def as_float(value: object, path: str) -> float:
-    """A JSON number (a Java ``double``)."""
+    """A finite JSON number (a Java ``double``); ``1e999`` and ``10**400`` are out of range."""
     if type(value) is int or type(value) is float:
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond a double
+            number = math.inf
+        if math.isfinite(number):
+            return number
+        raise FieldError(f"{path}: {value!r:.40} is outside a Java double", field=path or ROOT)
     raise _bad(path, "a number", value)
 
 

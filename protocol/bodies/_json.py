@@ -10,6 +10,8 @@ bean key as a whole JSON object, ``{"offsetTable":{{"brokerName":"b","queueId":0
 standard library's (C) parser: a bare key keeps its text (``0`` becomes ``"0"``) and an
 object or array key becomes its compact JSON text as a string, which callers parse again
 (see ``protocol.bodies.broker``). Standard JSON takes the fast path and is never rewritten.
+A container key inside another key is refused: fastjson never writes one, and escaping it
+once per level would double the text at every level.
 The rewrite is done by a small token scanner that skips string literals whole, so a string
 *value* such as ``"{0:"`` or ``",1:"`` is never touched.
 
@@ -63,17 +65,27 @@ def _quote_keys(text: str) -> str | None:
     out: list[str] = []
     stack: list[_Frame] = []
     changed = False
+    open_keys = 0  # containers on the stack that are themselves map keys
     for match in _TOKEN.finditer(text):
         tok = match.group()
         first = tok[0]
         if first in _WHITESPACE:
             continue  # insignificant outside strings; dropping it keeps object keys compact
+        if tok == '"':
+            # An unterminated string: no rewrite can parse. Stopping here also keeps the scan
+            # linear: each quote of "\"\"\"… would otherwise rescan to the end of the text.
+            return None
         top = stack[-1] if stack else None
         at_key = top is not None and top.expect_key
         if top is not None and at_key:
             top.expect_key = False
         if first in "{[":
+            if at_key and open_keys:
+                # A key inside a key: each level would escape the inner key's text again,
+                # doubling its backslashes (exponential output); fastjson never writes it.
+                return None
             changed |= at_key
+            open_keys += at_key
             stack.append(_Frame(first == "{", len(out) if at_key else -1))
             out.append(tok)
         elif first in "}]":
@@ -81,6 +93,7 @@ def _quote_keys(text: str) -> str | None:
             if stack:  # an unbalanced close is left for the parser to reject
                 frame = stack.pop()
                 if frame.key_start >= 0:
+                    open_keys -= 1
                     key = "".join(out[frame.key_start :])
                     del out[frame.key_start :]
                     out.append(json.dumps(key, ensure_ascii=False))

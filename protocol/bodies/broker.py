@@ -177,10 +177,8 @@ class RegisterBrokerBody(JsonBody):
 
 
 # ------------------------------------------------------------------ maps keyed by queue
-_MQ_TO_STRING = re.compile(
-    r"MessageQueue \[topic=(?P<topic>.*), brokerName=(?P<broker>.*), queueId=(?P<qid>-?\d+)\]",
-    re.DOTALL,
-)
+_MQ_PREFIX = "MessageQueue [topic="
+_QUEUE_ID = re.compile(r"-?[0-9]+")
 
 
 def _queue_key(key: str, path: str) -> MessageQueue:
@@ -191,10 +189,14 @@ def _queue_key(key: str, path: str) -> MessageQueue:
         except FieldError:
             raise FieldError(f"{path}: queue key is not JSON", field=path) from None
         return MessageQueue.from_obj(obj, path)
-    match = _MQ_TO_STRING.fullmatch(key)
-    if match is None:
-        raise FieldError(f"{path}: map key is not a MessageQueue", field=path)
-    return MessageQueue(match["topic"], match["broker"], as_int(match["qid"], path, INT32))
+    # rpartition, not a regex with two greedy groups: that backtracks quadratically over
+    # repeated separators. The last separators split, as the greedy groups did.
+    if key.startswith(_MQ_PREFIX) and key.endswith("]"):
+        head, sep, qid = key[len(_MQ_PREFIX) : -1].rpartition(", queueId=")
+        topic, sep2, broker = head.rpartition(", brokerName=")
+        if sep and sep2 and _QUEUE_ID.fullmatch(qid):
+            return MessageQueue(topic, broker, as_int(qid, path, INT32))
+    raise FieldError(f"{path}: map key is not a MessageQueue", field=path)
 
 
 def _read_queue_table(f: Fields, name: str, cls: type[V]) -> dict[MessageQueue, V]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -143,6 +144,27 @@ def test_malformed_json_is_a_field_error(data: bytes) -> None:
     with pytest.raises(FieldError) as info:
         loads_lenient(data)
     assert info.value.field == "$"
+
+
+def test_keys_nested_in_keys_are_refused_not_escaped_exponentially() -> None:
+    # Each level escaped the inner key's text again, doubling its backslashes: 40 levels
+    # (200 bytes) asked for 2**40 bytes.
+    text = "{}"
+    for _ in range(40):
+        text = "{" + text + ":1}"
+    with pytest.raises(FieldError):
+        loads_lenient(text)
+    assert loads_lenient('{"a":{{"b":{"c":1}}:2}}') == {"a": {'{"b":{"c":1}}': 2}}
+
+
+def test_unterminated_strings_are_rejected_in_linear_time() -> None:
+    # Every quote of '"\"\"…' started a string literal that the key scanner matched to the
+    # end of the text before failing: 64 KiB took seconds.
+    text = "{a:" + '"\\' * 32_000
+    start = time.perf_counter()
+    with pytest.raises(FieldError):
+        loads_lenient(text)
+    assert time.perf_counter() - start < 1.0  # was ~10 s; now a few milliseconds
 
 
 def test_dumps_is_compact_utf8_with_quoted_keys() -> None:
@@ -382,6 +404,29 @@ def test_consume_stats_accepts_to_string_keys() -> None:
     with pytest.raises(FieldError) as info:
         ConsumeStats.from_json(b'{"offsetTable":{"t:1":{}}}')
     assert info.value.field == "offsetTable[t:1]"
+
+
+def test_to_string_keys_split_at_the_last_separators_in_linear_time() -> None:
+    body = json.dumps(
+        {"offsetTable": {"MessageQueue [topic=a, brokerName=b, brokerName=c, queueId=2]": {}}}
+    )
+    assert TopicStatsTable.from_json(body).offset_table == {
+        MessageQueue("a, brokerName=b", "c", 2): TopicOffset()
+    }
+    # The old regex's two greedy groups backtracked over every repeated separator.
+    key = "MessageQueue [topic=" + ", brokerName=" * 5000
+    start = time.perf_counter()
+    with pytest.raises(FieldError):
+        TopicStatsTable.from_json(json.dumps({"offsetTable": {key: {}}}))
+    assert time.perf_counter() - start < 1.0  # was ~0.8 s; now well under a millisecond
+
+
+@pytest.mark.parametrize("tps", [b"1" + b"0" * 400, b"1e400", b"-1e999"])
+def test_consume_tps_beyond_a_double_is_a_field_error(tps: bytes) -> None:
+    # 10**400 made float() raise OverflowError; 1e400 decoded as inf, which dumps refuses.
+    with pytest.raises(FieldError) as info:
+        ConsumeStats.from_json(b'{"consumeTps":' + tps + b"}")
+    assert info.value.field == "consumeTps"
 
 
 # ------------------------------------------------------------------ round trips

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -154,6 +155,30 @@ def test_binary_header_rejects_codes_that_do_not_fit_a_short() -> None:
     cmd = request(RequestCode.POP_MESSAGE, opaque=1, serialize_type=SerializeType.ROCKETMQ)
     with pytest.raises(EncodeError, match="16-bit"):
         encode_command(cmd)
+
+
+@pytest.mark.parametrize("stype", list(SerializeType))
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"remark": "\ud800"},  # a lone surrogate reaches us through a JSON '\ud800' escape
+        {"ext_fields": {"k": "\udfff"}},
+        {"ext_fields": {"\ud800": "v"}},
+    ],
+)
+def test_lone_surrogates_are_an_encode_error(stype: SerializeType, fields: dict[str, Any]) -> None:
+    # JSON and binary raised UnicodeEncodeError.
+    with pytest.raises(EncodeError):
+        encode_command(RemotingCommand(code=1, serialize_type=stype, **fields))
+
+
+@pytest.mark.parametrize(
+    "fields", [{"opaque": 2**31}, {"flag": -(2**31) - 1}, {"ext_fields": {"k": 1}}]
+)
+def test_binary_header_values_that_do_not_fit_are_an_encode_error(fields: dict[str, Any]) -> None:
+    # Raised struct.error and AttributeError.
+    with pytest.raises(EncodeError):
+        encode_command(RemotingCommand(code=1, serialize_type=SerializeType.ROCKETMQ, **fields))
 
 
 def test_binary_empty_remark_decodes_as_none() -> None:

@@ -268,6 +268,21 @@ def test_v1_candidates_of_issue_example() -> None:
     assert v1_candidates("not-a-retry-topic", known) == []
 
 
+def test_v1_candidates_of_an_over_long_name_do_no_lookups() -> None:
+    # Each "_" cost a slice and a hash of the whole name: 64 KiB of "_" took about a second.
+    lookups: list[object] = []
+
+    class Counting:
+        def __contains__(self, item: object) -> bool:
+            lookups.append(item)
+            return False
+
+    assert v1_candidates("%RETRY%" + "_" * 65_000, Counting()) == []
+    assert lookups == []
+    assert v1_candidates("%RETRY%" + "g" * 120 + "_" + "t" * 127, Counting()) == []
+    assert len(lookups) == 1  # the longest legal V1 name (255 characters) is still searched
+
+
 def test_registry_refuses_a_colliding_pair_naming_both() -> None:
     names = V1RetryNames()
     assert names.register(*PAIR_A) == SHARED
