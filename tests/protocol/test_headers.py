@@ -503,15 +503,9 @@ def test_choices_are_enforced() -> None:
 
 
 # ------------------------------------------------------------------ encoding details
-def test_to_ext_omits_none_and_writes_java_strings() -> None:
-    h = ConsumerSendMsgBackRequestHeader(offset=2**40, group="g", delay_level=-1)
-    assert h.to_ext() == {
-        "offset": "1099511627776",
-        "group": "g",
-        "delayLevel": "-1",
-        "unitMode": "false",  # Java's primitive boolean is always sent
-    }
-    pop = PopMessageRequestHeader(
+def any_queue_pop(*, order: bool = False) -> PopMessageRequestHeader:
+    """A pop of any queue: 32 messages, 60 s invisible, 20 s poll, born at t=1000 ms."""
+    return PopMessageRequestHeader(
         consumer_group="g",
         topic="t",
         queue_id=-1,
@@ -520,8 +514,19 @@ def test_to_ext_omits_none_and_writes_java_strings() -> None:
         poll_time=20_000,
         born_time=1_000,
         init_mode=0,
-        order=True,
+        order=order,
     )
+
+
+def test_to_ext_omits_none_and_writes_java_strings() -> None:
+    h = ConsumerSendMsgBackRequestHeader(offset=2**40, group="g", delay_level=-1)
+    assert h.to_ext() == {
+        "offset": "1099511627776",
+        "group": "g",
+        "delayLevel": "-1",
+        "unitMode": "false",  # Java's primitive boolean is always sent
+    }
+    pop = any_queue_pop(order=True)
     assert pop.to_ext()["order"] == "true" and "exp" not in pop.to_ext()
 
 
@@ -577,16 +582,7 @@ def test_pull_sys_flag_helpers() -> None:
 
 @pytest.mark.parametrize(("now", "expected"), [(21_499, False), (21_500, False), (21_501, True)])
 def test_pop_timeout_too_much(now: int, expected: bool) -> None:
-    pop = PopMessageRequestHeader(
-        consumer_group="g",
-        topic="t",
-        queue_id=-1,
-        max_msg_nums=32,
-        invisible_time=60_000,
-        poll_time=20_000,
-        born_time=1_000,
-        init_mode=0,
-    )
+    pop = any_queue_pop()
     assert pop.is_timeout_too_much(now) is expected
     assert pop.any_queue and pop.order is False
 
