@@ -1,0 +1,197 @@
+"""Stored records: RocketMQ's MessageExt layout plus a CRC over the whole record.
+
+The record on disk is the record on the wire (``protocol.message`` decodes it), so a pull
+response body is a slice of the commit log. RocketMQ's default recovery checks only the body
+CRC; trimq always appends RocketMQ's own ``__CRC32#`` property (``enabledAppendPropCRC``):
+the last 20 bytes of every record are ``__CRC32#\\x01`` + ten decimal digits + ``\\x02``, the
+digits being ``crc32 & 0x7FFFFFFF`` of every byte before them. A flipped bit anywhere — header,
+body, topic, properties or the digits themselves — fails :func:`check_record`. Clients see one
+extra property, which they ignore.
+
+Building a record is the put hot path, so it packs the fixed part with one precompiled
+struct per host-address family instead of going through ``protocol.message.MessageExt``
+(``tests/store/test_record.py`` proves the two layouts agree).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from protocol.errors import EncodeError
+from protocol.message import (
+    BLANK_MAGIC,
+    MESSAGE_MAGIC_V1,
+    MESSAGE_MAGIC_V2,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+)
+from protocol.msgid import ip_to_bytes
+from protocol.properties import CRC32, MAX_PROPERTIES_SIZE, encode_properties
+
+CRC_TAIL_SIZE = len(CRC32) + 1 + 10 + 1  # RocketMQ's CRC32_RESERVED_LEN
+_CRC_TAIL_PREFIX = CRC32.encode() + b"\x01"
+_HOST_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+#: Fixed part up to and including the body length, one struct per (born, store) family.
+_FIXED = tuple(
+    struct.Struct(f">iIiiiqqiq{born}sIq{store}sIiqi")
+    for born, store in ((4, 4), (16, 4), (4, 16), (16, 16))
+)
+_PREFIX = struct.Struct(">iI")
+_PHYS = struct.Struct(">q")
+_I16 = struct.Struct(">h")
+#: End-of-segment marker: total size (the rest of the segment) + BLANK magic.
+BLANK_SIZE = _PREFIX.size
+_INT32_MAX = 2**31 - 1
+
+
+class Built(NamedTuple):
+    """A record ready to append."""
+
+    data: bytes
+    size: int
+
+
+def record_size(body_len: int, topic: bytes, props: bytes, ipv6_hosts: int = 0) -> int:
+    """Size of a record with these parts (``props`` without the CRC tail)."""
+    fixed = _FIXED[ipv6_hosts].size
+    topic_len = 1 if len(topic) <= 127 else 2
+    return fixed + body_len + topic_len + len(topic) + 2 + len(props) + CRC_TAIL_SIZE
+
+
+def encode_props(properties: Mapping[str, str]) -> bytes:
+    """Encode properties for storage: any incoming ``__CRC32#`` is dropped (it is recomputed).
+
+    Raises:
+        EncodeError: separators inside names or values, or not UTF-8 encodable.
+    """
+    if CRC32 in properties:
+        properties = {k: v for k, v in properties.items() if k != CRC32}
+    try:
+        return encode_properties(properties).encode()
+    except UnicodeEncodeError as exc:
+        raise EncodeError(f"message properties are not valid text: {exc}") from None
+
+
+def host_family(born_ip: bytes, store_ip: bytes) -> int:
+    """Index into the per-family structs: bit 0 born host IPv6, bit 1 store host IPv6."""
+    return (len(born_ip) == 16) | ((len(store_ip) == 16) << 1)
+
+
+def build_record(
+    *,
+    topic: bytes,
+    queue_id: int,
+    body: bytes,
+    props: bytes,
+    flag: int,
+    queue_offset: int,
+    commit_log_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_ip: bytes,
+    born_port: int,
+    store_timestamp: int,
+    store_ip: bytes,
+    store_port: int,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+) -> Built:
+    """Encode one stored record, CRC tail included.
+
+    Raises:
+        EncodeError: a field does not fit its wire type, or the properties are too long.
+    """
+    family = host_family(born_ip, store_ip)
+    sys_flag = (sys_flag & ~_HOST_BITS) | (family << 4)
+    props_len = len(props) + CRC_TAIL_SIZE
+    if props_len > MAX_PROPERTIES_SIZE:
+        raise EncodeError(f"message properties of {props_len} bytes exceed {MAX_PROPERTIES_SIZE}")
+    if len(topic) <= 127:
+        magic, topic_len = MESSAGE_MAGIC_V1, bytes((len(topic),))
+    else:
+        magic, topic_len = MESSAGE_MAGIC_V2, _I16.pack(len(topic))
+    fixed = _FIXED[family]
+    total = fixed.size + len(body) + len(topic_len) + len(topic) + 2 + props_len
+    if total > _INT32_MAX:
+        raise EncodeError(f"message record of {total} bytes is too large")
+    try:
+        head = fixed.pack(
+            total, magic, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
+            commit_log_offset, sys_flag, born_timestamp, born_ip, born_port,
+            store_timestamp, store_ip, store_port, reconsume_times,
+            prepared_transaction_offset, len(body),
+        )  # fmt: skip
+    except struct.error as exc:
+        raise EncodeError(f"message field out of range: {exc}") from None
+    rest = topic_len + topic + _I16.pack(props_len) + props
+    # RocketMQ's checkSize: the CRC covers every byte before the 20-byte tail.
+    crc = zlib.crc32(rest, zlib.crc32(body, zlib.crc32(head))) & 0x7FFFFFFF
+    data = b"".join((head, body, rest, _CRC_TAIL_PREFIX, b"%010d\x02" % crc))
+    return Built(data, total)
+
+
+def ip_bytes(ip: str) -> bytes:
+    """Packed address of ``ip`` (cached by ``protocol.msgid``).
+
+    Raises:
+        EncodeError: not an IPv4 or IPv6 address.
+    """
+    return ip_to_bytes(ip)
+
+
+# ------------------------------------------------------------------ validation
+class Check(NamedTuple):
+    """What :func:`check_record` found at a position.
+
+    ``size`` > 0 with ``blank`` False: a valid record of that size. ``blank``: the end-of-
+    segment marker; ``size`` is the rest of the segment. ``size`` == 0: no record here (end
+    of data, or damage: ``reason`` says which).
+    """
+
+    size: int
+    blank: bool
+    reason: str
+
+
+END_OF_DATA = Check(0, False, "end of data")
+
+
+def check_record(buf: bytes | bytearray | memoryview, pos: int, phys: int) -> Check:
+    """Validate the record at ``buf[pos:]``, which must sit at commit-log offset ``phys``.
+
+    Never raises: damage is reported as ``Check(0, …, reason)``. A record is valid when its
+    length fits the buffer, its magic is known, its physical-offset field equals ``phys``,
+    and its CRC tail matches every byte before it.
+    """
+    if len(buf) - pos < _PREFIX.size:
+        return END_OF_DATA if not any(buf[pos:]) else Check(0, False, "torn record prefix")
+    size, magic = _PREFIX.unpack_from(buf, pos)
+    if size == 0 and magic == 0:
+        return END_OF_DATA
+    if magic == BLANK_MAGIC:
+        return Check(size, True, "blank") if size >= BLANK_SIZE else Check(0, False, "bad blank")
+    if magic not in (MESSAGE_MAGIC_V1, MESSAGE_MAGIC_V2):
+        return Check(0, False, f"bad magic {magic:#x}")
+    if size < _FIXED[0].size + CRC_TAIL_SIZE or pos + size > len(buf):
+        return Check(0, False, f"record size {size} does not fit")
+    if _PHYS.unpack_from(buf, pos + 28)[0] != phys:
+        return Check(0, False, "physical offset field does not match the position")
+    end = pos + size
+    tail = bytes(buf[end - CRC_TAIL_SIZE : end])
+    if not (tail.startswith(_CRC_TAIL_PREFIX) and tail.endswith(b"\x02")):
+        return Check(0, False, "no CRC tail")
+    digits = tail[len(_CRC_TAIL_PREFIX) : -1]
+    if not digits.isdigit():
+        return Check(0, False, "CRC digits are not decimal")
+    crc = zlib.crc32(memoryview(buf)[pos : end - CRC_TAIL_SIZE])
+    if crc & 0x7FFFFFFF != int(digits):
+        return Check(0, False, "CRC mismatch")
+    return Check(size, False, "ok")
+
+
+def blank_marker(rest_of_segment: int) -> bytes:
+    """The end-of-segment marker declaring ``rest_of_segment`` bytes unused."""
+    return _PREFIX.pack(rest_of_segment, BLANK_MAGIC)
