@@ -282,7 +282,7 @@ class MessageStore:
         try:
             fds = self.log.write_out()
         except OSError as exc:
-            self._disk_failed(exc)
+            self.note_disk_error(exc)
             return []
         self.disk_error = None
         return fds
@@ -291,7 +291,7 @@ class MessageStore:
         self._write_out_quietly()
         return self.disk_error is None
 
-    def _disk_failed(self, exc: OSError) -> None:
+    def note_disk_error(self, exc: OSError) -> None:
         self.disk_error = exc
         self.stats.last_disk_error = f"disk error: {exc.strerror or exc} ({exc.filename or ''})"
 
@@ -305,7 +305,7 @@ class MessageStore:
         try:
             fds = self.log.write_out()
         except OSError as exc:
-            self._disk_failed(exc)
+            self.note_disk_error(exc)
             raise
         self.disk_error = None
         return FlushTicket(self.log.written, tuple(fds))

@@ -1,0 +1,125 @@
+"""The trio side of the store: group commit, periodic flush and checkpoints.
+
+``MessageStore`` is synchronous and never blocks on fsync by itself; this module owns the
+tasks that do. One flusher task runs group commits: whenever puts are waiting for
+durability (SYNC mode) or the flush interval has passed (ASYNC mode), it writes the log out,
+fsyncs in a worker thread and then wakes every put whose record is now durable — one fsync for
+however many producers are waiting. A checkpoint task advances the recovery checkpoint.
+Both are owned by the nursery of :func:`serve_storage`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import trio
+
+from broker.store.api import FlushMode, MessageToStore, PutResult, PutStatus
+from broker.store.store import MessageStore
+
+
+@dataclass(slots=True)
+class _Waiter:
+    end: int
+    event: trio.Event = field(default_factory=trio.Event)
+    ok: bool = False
+
+
+class Storage:
+    """Async facade over a :class:`MessageStore` (create with :func:`serve_storage`)."""
+
+    def __init__(self, store: MessageStore) -> None:
+        self.store = store
+        self._waiters: list[_Waiter] = []
+        self._wake = trio.Event()
+        self.fsyncs = 0
+
+    async def put(self, msg: MessageToStore) -> PutResult:
+        """Store one message; in SYNC mode return only once it is durable.
+
+        A failed fsync turns the answer into ``DISK_ERROR`` (the record stays in the log and
+        may still be delivered: at-least-once, as with a producer retry).
+        """
+        result = self.store.put_nowait(msg)
+        if not result.ok or self.store.config.flush_mode is FlushMode.ASYNC:
+            return result
+        if self.store.durable_offset >= result.end_offset:
+            return result
+        waiter = _Waiter(result.end_offset)
+        self._waiters.append(waiter)
+        self._wake.set()
+        await waiter.event.wait()
+        if waiter.ok:
+            return result
+        return PutResult(PutStatus.DISK_ERROR, remark=self.store.stats.last_disk_error)
+
+    async def flush_once(self) -> None:
+        """One group commit: everything appended so far becomes durable."""
+        store = self.store
+        try:
+            ticket = store.flush_begin()
+            await trio.to_thread.run_sync(store.flush_sync, ticket)
+        except OSError as exc:
+            store.note_disk_error(exc)
+            self._release(ok=False)
+            return
+        self.fsyncs += 1
+        store.flush_end(ticket)
+        self._release(ok=True)
+
+    def _release(self, *, ok: bool) -> None:
+        durable = self.store.durable_offset
+        keep: list[_Waiter] = []
+        for w in self._waiters:
+            if not ok or w.end <= durable:
+                w.ok = ok
+                w.event.set()
+            else:
+                keep.append(w)
+        self._waiters = keep
+
+    async def run_flusher(self) -> None:
+        """Group-commit loop: flush when puts wait (SYNC) or every interval (ASYNC)."""
+        interval = self.store.config.flush_interval_s
+        sync = self.store.config.flush_mode is FlushMode.SYNC
+        while True:
+            with trio.move_on_after(math.inf if sync else interval):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            await self.flush_once()
+
+    async def checkpoint_once(self) -> None:
+        """Advance the recovery checkpoint (fsyncs in a worker thread)."""
+        store = self.store
+        try:
+            ticket = store.checkpoint_begin()
+            await trio.to_thread.run_sync(store.checkpoint_sync, ticket)
+        except OSError as exc:
+            store.note_disk_error(exc)
+            return
+        store.checkpoint_end(ticket)
+        self._release(ok=True)
+
+    async def run_checkpointer(self) -> None:
+        """Checkpoint loop."""
+        while True:
+            await trio.sleep(self.store.config.checkpoint_interval_s)
+            await self.checkpoint_once()
+
+
+async def serve_storage(
+    store: MessageStore, *, task_status: trio.TaskStatus[Storage] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run the flusher and checkpointer for ``store`` until cancelled; then flush, checkpoint
+    and close it cleanly."""
+    storage = Storage(store)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(storage.run_flusher)
+            nursery.start_soon(storage.run_checkpointer)
+            task_status.started(storage)
+    finally:
+        with trio.CancelScope(shield=True):
+            await storage.flush_once()
+            store.close()
