@@ -2,11 +2,11 @@
 
 Theory of operation
 -------------------
-Layout. An entry is 20 bytes, ``>qiq``: commit-log offset, record size, tags code. Entries live
-in files of ``entries_per_file`` entries in one directory, each named by its starting *byte*
-offset (entry index × 20) as 20 zero-padded digits, as RocketMQ names them. Files are not
-preallocated: a file's size says how many entries it holds. So the files are contiguous, only
-the last may be short (or empty), and a torn trailing entry from a crash is cut off on open.
+Layout. An entry is 20 bytes, ``>qiq``: commit-log offset, record size, tags code. Files of
+``entries_per_file`` entries are named, as in RocketMQ, by their starting *byte* offset (entry
+index × 20) in 20 zero-padded digits. Not preallocated: a file's size says how many entries it
+holds, so files are contiguous, only the last may be short (or empty), and a torn trailing
+entry from a crash is cut off on open.
 
 Memory vs disk. Entries ``[first file start, _written)`` are in the files (the OS has them;
 durability is the caller's fsync). Entries ``[_written, max_offset)`` are the packed bytearray
@@ -79,31 +79,37 @@ class ConsumeQueue:
         self._dir.mkdir(parents=True, exist_ok=True)
         self._dir_fd = os.open(self._dir, os.O_RDONLY)
         self._min = self._written = 0
-        self._load()
+        try:
+            self._load()
+        except BaseException:
+            self._close_fds()  # a corrupt directory must not leak the fds opened so far
+            raise
         self._max = self._written
 
     # ------------------------------------------------------------------ opening
 
     def _load(self) -> None:
         """Check the files are one contiguous run, cut a torn tail, find min and written."""
-        starts = self._scan()
-        if not starts:
-            return
-        span = self._per_file * ENTRY_SIZE
+        starts, span, size = self._scan(), self._per_file * ENTRY_SIZE, 0
         for i, start in enumerate(starts):
             path = self._path(start)
             if i and start != starts[i - 1] + self._per_file:
-                raise StoreCorruptError(
-                    f"{self._dir}: gap before {path.name}; consume-queue files must be contiguous"
-                )
+                raise StoreCorruptError(f"{path}: a gap before it; files must be contiguous")
             size = path.stat().st_size
-            if size > span or (start != starts[-1] and size != span):
-                raise StoreCorruptError(
-                    f"{path}: {size} bytes where {span} are expected; only the last file may be"
-                    " short"
-                )
+            if size > span:
+                raise StoreCorruptError(f"{path}: {size} bytes, more than a file's {span}")
+            if size < span and start != starts[-1]:
+                # Power loss between checkpoints can keep a new file while the growth of the
+                # one before it was lost. Everything past the short file is newer than the
+                # last checkpoint, which recovery re-dispatches from the commit log anyway.
+                for later in starts[i + 1 :]:
+                    self._path(later).unlink()
+                self._dir_dirty = True
+                starts = starts[: i + 1]
+                break
+        if not starts:
+            return
         last = starts[-1]
-        size = self._path(last).stat().st_size
         if size % ENTRY_SIZE:  # a torn write: the partial entry was never acknowledged
             fd = self._fd(last)
             os.ftruncate(fd, size - size % ENTRY_SIZE)
@@ -194,7 +200,7 @@ class ConsumeQueue:
             return
         wanted = (commit_log_offset, size, tags_code)
         if self._min <= queue_offset < self._max:
-            held = self._entry_at(queue_offset)
+            held = self._entry(queue_offset)
             if held == wanted:
                 return
             problem = f"holds {held}"
@@ -301,7 +307,7 @@ class ConsumeQueue:
         deleted = 0
         while True:  # min_offset rises by a file per pass, so this ends
             end = self._min - self._min % self._per_file + self._per_file
-            if end >= self._written or self._entry_at(end - 1)[0] >= commit_log_offset:
+            if end >= self._written or self._entry(end - 1)[0] >= commit_log_offset:
                 return deleted
             self._remove_file(end - self._per_file)
             self._min = end
@@ -347,7 +353,7 @@ class ConsumeQueue:
         got = self.entries(queue_offset, 1)
         return got[0] if got else None
 
-    def _entry_at(self, queue_offset: int) -> Entry:
+    def _entry(self, queue_offset: int) -> Entry:  # for an offset known to be held
         return self.entries(queue_offset, 1)[0]
 
     def bisect(self, key: Callable[[Entry], int], target: int) -> int:
@@ -358,7 +364,7 @@ class ConsumeQueue:
         lo, hi = self._min, self._max
         while lo < hi:
             mid = (lo + hi) // 2
-            if key(self._entry_at(mid)) < target:
+            if key(self._entry(mid)) < target:
                 lo = mid + 1
             else:
                 hi = mid
@@ -385,6 +391,7 @@ class ConsumeQueue:
             os.close(fd)
         self._fds.clear()
         self._dirty.clear()
+        self._dir_dirty = False
         os.close(self._dir_fd)
 
     def destroy(self) -> None:

@@ -490,7 +490,7 @@ class MessageStore:
         start = max(start, self.log.min_offset)
         sizes = cp.queue_sizes if cp is not None else {}
         for key, cq in self._queues.items():
-            cq.truncate(max(sizes.get(key, 0), 0))
+            cq.truncate(sizes.get(key, cq.min_offset))
             self._next_offset[key] = cq.max_offset
         self.stats.recovery_scanned_from = start
         end = self._redispatch(start)
