@@ -41,6 +41,7 @@ from broker.store.commitlog import CommitLog, ScanEnd
 from broker.store.config import StoreConfig
 from broker.store.consumequeue import ConsumeQueue
 from broker.store.files import AbortMarker, DirectoryLock
+from broker.store.index import KeyIndex, Row
 from broker.store.offsets import ConsumerOffsets
 from broker.store.record import build_record, check_record, encode_props, ip_bytes, record_size
 from protocol.errors import EncodeError, RecordError
@@ -53,7 +54,7 @@ from protocol.message import (
 )
 from protocol.msgid import encode_offset_msg_id
 from protocol.naming import is_valid_topic
-from protocol.properties import TAGS, java_string_hash
+from protocol.properties import KEYS, TAGS, UNIQ_KEY, java_string_hash, split_keys
 
 QueueKey = tuple[str, int]
 #: Unwritten commit-log bytes that make a put write out on its own (bounds memory, and
@@ -97,6 +98,7 @@ class CheckpointTicket:
     checkpoint: Checkpoint
     offsets_snapshot: bytes | None
     offsets_changes: int
+    index_rows: list[Row]
 
 
 @dataclass(slots=True)
@@ -140,8 +142,11 @@ class MessageStore:
             preallocate=config.preallocate,
         )
         self.offsets = ConsumerOffsets(config.config_dir / "consumerOffset.json")
+        (config.data_dir / "index").mkdir(exist_ok=True)
+        self.index = KeyIndex(config.data_dir / "index" / "keys.db")
         self._queues: dict[QueueKey, ConsumeQueue] = {}
         self._next_offset: dict[QueueKey, int] = {}
+        self._mins: dict[QueueKey, tuple[int, int]] = {}
         self._pending: list[_Pending] = []
         self._store_ip = ip_bytes(config.store_host[0])
         self._store_port = config.store_host[1]
@@ -268,6 +273,7 @@ class MessageStore:
     def _dispatch(self, p: _Pending) -> None:
         self._queues[(p.topic, p.queue_id)].append(p.offset, p.size, p.tags_code)
         self.dispatched_offset = p.end
+        self._index_keys(p.topic, p.properties, p.offset, p.store_timestamp)
         if self.listener is None:
             return
         try:
@@ -276,6 +282,17 @@ class MessageStore:
             )
         except Exception:  # a listener bug must never stall dispatch (RocketMQ weak spot 17)
             self.stats.listener_errors += 1
+
+    def _index_keys(
+        self, topic: str, properties: Mapping[str, str], offset: int, store_ms: int
+    ) -> None:
+        uniq = properties.get(UNIQ_KEY)
+        if uniq:
+            self.index.add(topic, uniq, offset, store_ms)
+        keys = properties.get(KEYS)
+        if keys:
+            for key in split_keys(keys):
+                self.index.add(topic, key, offset, store_ms)
 
     # ------------------------------------------------------------------ disk errors
     def _write_out_quietly(self) -> list[int]:
@@ -353,7 +370,8 @@ class MessageStore:
         )
         changes = self.offsets.changes
         snapshot = self.offsets.snapshot() if self.offsets.dirty or clean else None
-        return CheckpointTicket(flush, tuple(queue_fds), cp, snapshot, changes)
+        rows = self.index.take()
+        return CheckpointTicket(flush, tuple(queue_fds), cp, snapshot, changes, rows)
 
     def checkpoint_sync(self, ticket: CheckpointTicket) -> None:
         """The blocking part: fsync log and queues, write offsets and the checkpoint file."""
@@ -362,6 +380,7 @@ class MessageStore:
             os.fsync(fd)
         if ticket.offsets_snapshot is not None:
             self.offsets.write_snapshot(ticket.offsets_snapshot)
+        self.index.write(ticket.index_rows)
         ticket.checkpoint.save(self._checkpoint_path)
 
     def checkpoint_end(self, ticket: CheckpointTicket) -> None:
@@ -369,6 +388,7 @@ class MessageStore:
         self.flush_end(ticket.flush)
         if ticket.offsets_snapshot is not None:
             self.offsets.mark_persisted(ticket.offsets_changes)
+        self.index.written(ticket.index_rows)
         self.stats.extra["checkpoints"] = self.stats.extra.get("checkpoints", 0) + 1
 
     def checkpoint(self) -> None:
@@ -393,7 +413,7 @@ class MessageStore:
         cq = self._queues.get((topic, queue_id))
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        low, high = cq.min_offset, cq.max_offset
+        low, high = self._queue_min(cq), cq.max_offset
         status = _position_status(offset, low, high)
         if status is not None:
             nxt = {GetStatus.OFFSET_TOO_SMALL: low, GetStatus.OFFSET_OVERFLOW_BADLY: high}
@@ -436,9 +456,23 @@ class MessageStore:
         )  # fmt: skip
 
     def min_offset(self, topic: str, queue_id: int) -> int:
-        """Smallest queue offset still held (0 for an unknown queue)."""
+        """Smallest queue offset whose message is still held (0 for an unknown queue)."""
         cq = self._queues.get((topic, queue_id))
-        return cq.min_offset if cq else 0
+        return self._queue_min(cq) if cq else 0
+
+    def _queue_min(self, cq: ConsumeQueue) -> int:
+        # Retention deletes whole consume-queue files only, so the first entries of a queue
+        # may point into deleted log segments: skip them (a binary search, cached until the
+        # log's start moves again).
+        log_min = self.log.min_offset
+        if log_min == 0:
+            return cq.min_offset
+        key = (cq.topic, cq.queue_id)
+        cached = self._mins.get(key)
+        if cached is None or cached[0] != log_min:
+            cached = (log_min, cq.first_at_or_after(log_min))
+            self._mins[key] = cached
+        return max(cached[1], cq.min_offset)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """One past the last queue offset (0 for an unknown queue)."""
@@ -475,6 +509,50 @@ class MessageStore:
             return 0
         return cq.bisect(lambda e: self.store_timestamp_at(e[0], e[1]), timestamp_ms)
 
+    def messages_by_key(
+        self,
+        topic: str,
+        key: str,
+        max_num: int = 64,
+        begin_ms: int = 0,
+        end_ms: int = 2**63 - 1,
+    ) -> list[bytes]:
+        """Records of ``topic`` whose ``UNIQ_KEY`` or one of whose ``KEYS`` is ``key``,
+        stored within ``[begin_ms, end_ms]``, newest first."""
+        out = []
+        for offset in self.index.lookup(topic, key, max_num, begin_ms, end_ms):
+            data = self.message_at(offset)
+            if data is not None:
+                out.append(data)
+        return out
+
+    # ------------------------------------------------------------------ retention
+    def disk_used_ratio(self) -> float:
+        """Used fraction of the file system holding the data directory."""
+        usage = shutil.disk_usage(self.config.data_dir)
+        return (usage.total - usage.free) / usage.total if usage.total else 0.0
+
+    def delete_expired(self, now_s: float, *, scheduled: bool = False) -> int:
+        """Delete commit-log segments older than ``retention_hours`` — only on the daily
+        schedule or when the disk is fuller than ``disk_max_used_ratio`` (RocketMQ's
+        ``deleteWhen`` / ``diskMaxUsedSpaceRatio``), and never the segment being written.
+        Consume-queue files and index rows that point only into deleted segments go too.
+        Returns the number of segments deleted."""
+        if not scheduled and self.disk_used_ratio() < self.config.disk_max_used_ratio:
+            return 0
+        cutoff = now_s - self.config.retention_hours * 3600
+        upto = self.log.min_offset
+        for start in self.log.segment_starts:
+            if self.log.segment_mtime(start) >= cutoff:
+                break
+            upto = start + self.config.segment_size
+        deleted = self.log.delete_segments_before(upto)
+        if deleted:
+            for cq in self._queues.values():
+                cq.delete_files_before(self.log.min_offset)
+            self.index.delete_before(self.log.min_offset)
+        return len(deleted)
+
     # ------------------------------------------------------------------ recovery
     def _recover(self) -> None:
         try:
@@ -495,6 +573,7 @@ class MessageStore:
         self.stats.recovery_scanned_from = start
         end = self._redispatch(start)
         self.log.truncate(end)
+        self.index.truncate_from(end)
         self.durable_offset = self.dispatched_offset = end
         for key, cq in self._queues.items():
             self.offsets.clamp(key[0], key[1], cq.min_offset, cq.max_offset)
@@ -516,6 +595,7 @@ class MessageStore:
                 java_string_hash(tags) if tags else 0,
             )  # fmt: skip
             self._next_offset[key] = cq.max_offset
+            self._index_keys(msg.topic, msg.properties, item.offset, msg.store_timestamp)
         raise AssertionError("scan always ends with a ScanEnd")  # pragma: no cover
 
     # ------------------------------------------------------------------ topics
@@ -547,6 +627,7 @@ class MessageStore:
 
     def _release(self) -> None:
         self.log.close()
+        self.index.close()
         self._lock.release()
 
     def __enter__(self) -> MessageStore:
