@@ -12,7 +12,10 @@ Theory of operation:
   log's newest bytes ``[_tail_start, end)``: recent reads never touch the disk. Bytes below
   ``written`` have been handed to the OS (``os.pwrite``); ``write_out`` moves the rest and
   returns the descriptors to ``fsync`` — the caller may fsync them in a worker thread while
-  this thread keeps appending, so descriptors stay open until :meth:`close`.
+  this thread keeps appending, so descriptors stay open until :meth:`close`. A segment stays
+  "unsynced" (its descriptor is returned by every ``write_out``) until :meth:`synced` says an
+  fsync that covered its last write succeeded: bytes written out by a call whose descriptors
+  were dropped, or whose fsync failed, are never taken for durable.
 * The tail is trimmed to about ``tail_cache_bytes``, never past ``written``: unwritten bytes
   live only in memory, and a failed write (ENOSPC, EIO) keeps them there for a retry.
 * :meth:`scan` walks records from an offset, validating each (:func:`check_record`), for
@@ -82,6 +85,9 @@ class CommitLog:
         self.written = self.min_offset
         self._tail = bytearray()
         self._tail_start = self.min_offset
+        #: segment start -> the ``write_generation`` that last wrote to it, until synced
+        self._unsynced: dict[int, int] = {}
+        self.write_generation = 0
 
     # ------------------------------------------------------------------ discovery
     def _discover(self) -> list[int]:
@@ -147,24 +153,31 @@ class CommitLog:
         self.end = offset
 
     def write_out(self) -> list[int]:
-        """Hand every appended byte to the OS; return the descriptors to fsync.
+        """Hand every appended byte to the OS; return the descriptors to fsync: those of
+        every segment written since an fsync covering it was reported by :meth:`synced`.
 
         Raises:
             OSError: the disk refused (the bytes stay in memory; a later call retries).
         """
-        dirty: list[int] = []
+        self.write_generation += 1
         while self.written < self.end:
             start = self.written - self.written % self.segment_size
             stop = min(self.end, start + self.segment_size)
             fd = self._segment_fd(start, create=True)
+            self._unsynced[start] = self.write_generation
             view = memoryview(self._tail)[self.written - self._tail_start : stop - self._tail_start]
             with view:
                 done = os.pwrite(fd, view, self.written - start)
             self.written += done
-            if fd not in dirty:
-                dirty.append(fd)
         self._trim_tail()
-        return dirty
+        return [self._fds[start] for start in self._unsynced]
+
+    def synced(self, generation: int) -> None:
+        """The descriptors :meth:`write_out` returned when ``write_generation`` was
+        ``generation`` have been fsynced: forget the segments not written since."""
+        for start, written_by in list(self._unsynced.items()):
+            if written_by <= generation:
+                del self._unsynced[start]
 
     def _trim_tail(self) -> None:
         excess = len(self._tail) - self.tail_cache_bytes
@@ -175,8 +188,11 @@ class CommitLog:
 
     # ------------------------------------------------------------------ reading
     def read(self, offset: int, size: int) -> bytes | None:
-        """The ``size`` bytes at ``offset``, or None outside ``[min_offset, end)``."""
+        """The ``size`` bytes at ``offset``, or None outside ``[min_offset, end)`` or across
+        a segment boundary (no record straddles one; the caller's size is not a record's)."""
         if offset < self.min_offset or offset + size > self.end or size < 0:
+            return None
+        if offset % self.segment_size + size > self.segment_size:
             return None
         if offset >= self._tail_start:
             rel = offset - self._tail_start
@@ -289,6 +305,7 @@ class CommitLog:
 
     # ------------------------------------------------------------------ shutdown
     def _close_fd(self, start: int) -> None:
+        self._unsynced.pop(start, None)
         fd = self._fds.pop(start, None)
         if fd is not None:
             os.close(fd)

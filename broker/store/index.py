@@ -3,48 +3,56 @@ queryMsgByKey / queryMsgByUniqueKey), in SQLite instead of RocketMQ's 420 MB has
 
 Theory of operation:
 
-* Dispatch calls :meth:`KeyIndex.add` (main thread, cheap: a list append). Rows wait in
-  ``_pending`` until the next checkpoint takes them (:meth:`take`) and writes them in one
-  transaction from the worker thread (:meth:`write`, on its own connection, so SQLite's C code
-  runs without the GIL); :meth:`written` then forgets them. Lookups see pending, in-flight and
-  written rows alike.
+* A row is ``(key_hash, offset)``: a 63-bit hash of ``topic#key`` (RocketMQ's index key) and
+  the record's commit-log offset. Hashes can collide, so lookups return candidate offsets
+  and the store checks each record really carries the key. Integer rows keep the insert cost
+  low: inserts run in the checkpoint's worker thread, but binding parameters holds the GIL.
+* Rows are inserted in commit-log order (dispatch order), so SQLite's rowid grows with the
+  offset. Cutting the index back after a crash (:meth:`truncate_from`) and retention
+  (:meth:`delete_before`) find the boundary rowid by binary search and delete a rowid range:
+  their cost does not grow with the size of the index.
+* Dispatch calls :meth:`add` (main thread: a list append). :meth:`take` hands the pending
+  batch to the checkpoint, which :meth:`write` s it in one transaction from its worker thread;
+  :meth:`written` drops it. Lookups see pending, in-flight and written rows alike.
 * Durability follows the store's checkpoint: rows of every record before the checkpoint's
-  ``safe_offset`` are committed before the checkpoint file is written. After a crash, rows at
-  or past the recovered log end are deleted (:meth:`truncate_from`) and the re-dispatched
-  records add theirs again (``INSERT OR IGNORE`` makes that idempotent).
-* Retention deletes rows of deleted segments (:meth:`delete_before`).
+  ``safe_offset`` are committed before the checkpoint file is written. Recovery calls
+  ``truncate_from(safe_offset)`` before re-dispatching the records after it, which adds their
+  rows again, so no row is ever duplicated or left pointing past the log's end.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import zlib
 from pathlib import Path
 
-#: (topic, key, commit-log offset, store timestamp)
-Row = tuple[str, str, int, int]
+#: (key hash, commit-log offset)
+Row = tuple[int, int]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS message_key (
-    topic TEXT NOT NULL,
-    key TEXT NOT NULL,
-    offset INTEGER NOT NULL,
-    store_ms INTEGER NOT NULL,
-    PRIMARY KEY (topic, key, offset)
-) WITHOUT ROWID
-"""
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS message_key (key_hash INTEGER NOT NULL, offset INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS message_key_hash ON message_key (key_hash)",
+)
+
+
+def key_hash(topic: str, key: str) -> int:
+    """63-bit hash of RocketMQ's index key ``topic#key`` (stable across processes)."""
+    data = f"{topic}#{key}".encode()
+    return (zlib.crc32(data) << 31) ^ zlib.adler32(data)
 
 
 class KeyIndex:
-    """Persistent (topic, key) → commit-log offsets index."""
+    """Persistent ``topic#key`` → commit-log offsets index (see the module docstring)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._writer = self._connect(path)
-        self._writer.execute(_SCHEMA)
+        for statement in _SCHEMA:
+            self._writer.execute(statement)
         self._reader = self._connect(path)
         self._pending: list[Row] = []
-        self._in_flight: list[Row] = []
+        self._in_flight: list[list[Row]] = []
         self._write_lock = threading.Lock()
 
     @staticmethod
@@ -57,14 +65,14 @@ class KeyIndex:
         db.execute("PRAGMA synchronous=FULL")
         return db
 
-    def add(self, topic: str, key: str, offset: int, store_ms: int) -> None:
-        """Index one key of a dispatched record (kept in memory until the next :meth:`take`)."""
-        self._pending.append((topic, key, offset, store_ms))
+    def add(self, topic: str, key: str, offset: int) -> None:
+        """Index one key of a dispatched record (in memory until the next :meth:`take`)."""
+        self._pending.append((key_hash(topic, key), offset))
 
     def take(self) -> list[Row]:
         """Main thread: hand the pending rows to a writer; they stay visible to lookups."""
         rows, self._pending = self._pending, []
-        self._in_flight += rows
+        self._in_flight.append(rows)
         return rows
 
     def write(self, rows: list[Row]) -> None:
@@ -74,51 +82,74 @@ class KeyIndex:
         with self._write_lock:
             self._writer.execute("BEGIN")
             try:
-                self._writer.executemany(
-                    "INSERT OR IGNORE INTO message_key VALUES (?, ?, ?, ?)", rows
-                )
+                self._writer.executemany("INSERT INTO message_key VALUES (?, ?)", rows)
             except BaseException:
                 self._writer.execute("ROLLBACK")
                 raise
             self._writer.execute("COMMIT")
 
     def written(self, rows: list[Row]) -> None:
-        """Main thread: ``rows`` are committed; stop holding them in memory."""
-        done = set(rows)
-        self._in_flight = [r for r in self._in_flight if r not in done]
+        """Main thread: ``rows`` (a batch from :meth:`take`) are committed."""
+        self._in_flight = [batch for batch in self._in_flight if batch is not rows]
 
-    def lookup(
-        self, topic: str, key: str, max_num: int, begin_ms: int = 0, end_ms: int = 2**63 - 1
-    ) -> list[int]:
-        """Commit-log offsets of ``topic``'s messages with ``key`` stored in
-        ``[begin_ms, end_ms]``, newest first, at most ``max_num``."""
-        found = {
-            r[2]
-            for r in (*self._pending, *self._in_flight)
-            if r[0] == topic and r[1] == key and begin_ms <= r[3] <= end_ms
-        }
+    def candidates(self, topic: str, key: str, max_num: int) -> list[int]:
+        """Commit-log offsets that may hold ``topic``'s messages with ``key``, newest first
+        (hash collisions possible: the caller checks each record)."""
+        wanted = key_hash(topic, key)
+        found = {off for h, off in self._pending if h == wanted}
+        for batch in self._in_flight:
+            found.update(off for h, off in batch if h == wanted)
         cur = self._reader.execute(
-            "SELECT offset FROM message_key WHERE topic = ? AND key = ? "
-            "AND store_ms BETWEEN ? AND ? ORDER BY offset DESC LIMIT ?",
-            (topic, key, begin_ms, end_ms, max_num),
+            "SELECT offset FROM message_key WHERE key_hash = ? ORDER BY offset DESC LIMIT ?",
+            (wanted, max_num),
         )
         found.update(row[0] for row in cur)
-        return sorted(found, reverse=True)[:max_num]
+        return sorted(found, reverse=True)
 
     def truncate_from(self, offset: int) -> None:
-        """Forget rows of records at or past ``offset`` (recovery cut the log there)."""
-        self._pending = [r for r in self._pending if r[2] < offset]
-        self._in_flight = [r for r in self._in_flight if r[2] < offset]
+        """Forget rows of records at or past ``offset`` (recovery cuts the log there)."""
+        self._pending = [r for r in self._pending if r[1] < offset]
+        for batch in self._in_flight:  # in place: written() finds batches by identity
+            batch[:] = [r for r in batch if r[1] < offset]
         with self._write_lock:
-            self._writer.execute("DELETE FROM message_key WHERE offset >= ?", (offset,))
+            rowid = self._first_rowid_at(offset)
+            if rowid is not None:
+                self._writer.execute("DELETE FROM message_key WHERE rowid >= ?", (rowid,))
 
     def delete_before(self, offset: int) -> None:
         """Forget rows of records before ``offset`` (retention deleted their segments)."""
+        self._pending = [r for r in self._pending if r[1] >= offset]
+        for batch in self._in_flight:  # in place: written() finds batches by identity
+            batch[:] = [r for r in batch if r[1] >= offset]
         with self._write_lock:
-            self._writer.execute("DELETE FROM message_key WHERE offset < ?", (offset,))
+            rowid = self._first_rowid_at(offset)
+            if rowid is None:
+                self._writer.execute("DELETE FROM message_key")
+            else:
+                self._writer.execute("DELETE FROM message_key WHERE rowid < ?", (rowid,))
+
+    def _first_rowid_at(self, offset: int) -> int | None:
+        """Smallest rowid whose offset >= ``offset`` (offsets grow with rowids): a binary
+        search of O(log n) point queries; None when every row is below ``offset``."""
+        db = self._writer
+        bounds = db.execute("SELECT min(rowid), max(rowid) FROM message_key").fetchone()
+        if bounds[0] is None:
+            return None
+        lo, hi = bounds[0], bounds[1] + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            row = db.execute(
+                "SELECT rowid, offset FROM message_key WHERE rowid >= ? ORDER BY rowid LIMIT 1",
+                (mid,),
+            ).fetchone()
+            if row is None or row[1] >= offset:
+                hi = mid
+            else:
+                lo = row[0] + 1
+        return lo if lo <= bounds[1] else None
 
     def close(self) -> None:
-        """Close both connections (unwritten rows are re-indexed by recovery)."""
+        """Close both connections (rows not yet written are re-indexed by recovery)."""
         self._reader.close()
         with self._write_lock:
             self._writer.close()

@@ -83,10 +83,12 @@ class _Pending:
 
 @dataclass(frozen=True, slots=True)
 class FlushTicket:
-    """One group commit in progress: what ``flush_sync`` must fsync, and up to where."""
+    """One group commit in progress: what ``flush_sync`` must fsync, and up to where
+    (``generation``: the commit log's write-out it covers, see ``CommitLog.synced``)."""
 
     target: int
     fds: tuple[int, ...]
+    generation: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,14 +227,15 @@ class MessageStore:
             return PutResult(status or PutStatus.MESSAGE_ILLEGAL, remark=str(exc))
 
     def _append(self, msg: MessageToStore) -> PutResult:
+        key = (msg.topic, msg.queue_id)
+        if key not in self._queues and not _legal_queue(msg.topic, msg.queue_id):
+            # Checked first: an illegal topic may not even encode (a lone surrogate).
+            raise EncodeError(f"illegal topic {msg.topic!r} or queue id {msg.queue_id}")
         topic = msg.topic.encode()
         props = encode_props(msg.properties)
         born_ip = ip_bytes(msg.born_host[0])
         family = (len(born_ip) == 16) | ((len(self._store_ip) == 16) << 1)
         size = record_size(len(msg.body), topic, props, family)
-        key = (msg.topic, msg.queue_id)
-        if key not in self._queues and not _legal_queue(msg.topic, msg.queue_id):
-            raise EncodeError(f"illegal topic {msg.topic!r} or queue id {msg.queue_id}")
         dispatched = msg.sys_flag & SYSFLAG_TRANSACTION_MASK not in _NOT_DISPATCHED
         if dispatched and key not in self._queues:
             self._queue(key)
@@ -273,7 +276,7 @@ class MessageStore:
     def _dispatch(self, p: _Pending) -> None:
         self._queues[(p.topic, p.queue_id)].append(p.offset, p.size, p.tags_code)
         self.dispatched_offset = p.end
-        self._index_keys(p.topic, p.properties, p.offset, p.store_timestamp)
+        self._index_keys(p.topic, p.properties, p.offset)
         if self.listener is None:
             return
         try:
@@ -283,16 +286,14 @@ class MessageStore:
         except Exception:  # a listener bug must never stall dispatch (RocketMQ weak spot 17)
             self.stats.listener_errors += 1
 
-    def _index_keys(
-        self, topic: str, properties: Mapping[str, str], offset: int, store_ms: int
-    ) -> None:
+    def _index_keys(self, topic: str, properties: Mapping[str, str], offset: int) -> None:
         uniq = properties.get(UNIQ_KEY)
         if uniq:
-            self.index.add(topic, uniq, offset, store_ms)
+            self.index.add(topic, uniq, offset)
         keys = properties.get(KEYS)
         if keys:
             for key in split_keys(keys):
-                self.index.add(topic, key, offset, store_ms)
+                self.index.add(topic, key, offset)
 
     # ------------------------------------------------------------------ disk errors
     def _write_out_quietly(self) -> list[int]:
@@ -325,7 +326,7 @@ class MessageStore:
             self.note_disk_error(exc)
             raise
         self.disk_error = None
-        return FlushTicket(self.log.written, tuple(fds))
+        return FlushTicket(self.log.written, tuple(fds), self.log.write_generation)
 
     @staticmethod
     def flush_sync(ticket: FlushTicket) -> None:
@@ -335,6 +336,7 @@ class MessageStore:
 
     def flush_end(self, ticket: FlushTicket) -> int:
         """Record that ``ticket`` is durable; in SYNC mode dispatch what became durable."""
+        self.log.synced(ticket.generation)
         self.durable_offset = max(self.durable_offset, ticket.target)
         if self._pending and self._pending[0].end <= self.durable_offset:
             ready = 0
@@ -416,7 +418,13 @@ class MessageStore:
         low, high = self._queue_min(cq), cq.max_offset
         status = _position_status(offset, low, high)
         if status is not None:
-            nxt = {GetStatus.OFFSET_TOO_SMALL: low, GetStatus.OFFSET_OVERFLOW_BADLY: high}
+            # An empty queue: its first message will be at ``high`` (0), as RocketMQ answers;
+            # echoing ``offset`` would make a consumer ahead of a crash skip new messages.
+            nxt = {
+                GetStatus.OFFSET_TOO_SMALL: low,
+                GetStatus.OFFSET_OVERFLOW_BADLY: high,
+                GetStatus.NO_MESSAGE_IN_QUEUE: high,
+            }
             return GetResult(status, nxt.get(status, offset), low, high)
         return self._read_entries(cq, offset, max_count, max_bytes, tags_codes)
 
@@ -487,7 +495,10 @@ class MessageStore:
             return None
         size = int.from_bytes(head, "big", signed=True)
         data = self.log.read(commit_log_offset, size) if size > 0 else None
-        if data is None or check_record(data, 0, commit_log_offset).size != size:
+        if data is None:
+            return None
+        check = check_record(data, 0, commit_log_offset)
+        if check.blank or check.size != size:  # a blank marker is no record
             return None
         return data
 
@@ -519,11 +530,21 @@ class MessageStore:
     ) -> list[bytes]:
         """Records of ``topic`` whose ``UNIQ_KEY`` or one of whose ``KEYS`` is ``key``,
         stored within ``[begin_ms, end_ms]``, newest first."""
-        out = []
-        for offset in self.index.lookup(topic, key, max_num, begin_ms, end_ms):
+        out: list[bytes] = []
+        for offset in self.index.candidates(topic, key, max_num * 4):
             data = self.message_at(offset)
-            if data is not None:
+            if data is None:
+                continue
+            try:
+                msg, _ = decode_record(data)
+            except RecordError:
+                continue
+            # The index holds hashes: confirm the record really is this topic's and key's.
+            keys = msg.properties.get(UNIQ_KEY), *split_keys(msg.properties.get(KEYS))
+            if msg.topic == topic and key in keys and begin_ms <= msg.store_timestamp <= end_ms:
                 out.append(data)
+                if len(out) >= max_num:
+                    break
         return out
 
     # ------------------------------------------------------------------ retention
@@ -571,9 +592,10 @@ class MessageStore:
             cq.truncate(sizes.get(key, cq.min_offset))
             self._next_offset[key] = cq.max_offset
         self.stats.recovery_scanned_from = start
+        # Index rows past the checkpoint may be stale; re-dispatch adds back the real ones.
+        self.index.truncate_from(start)
         end = self._redispatch(start)
         self.log.truncate(end)
-        self.index.truncate_from(end)
         self.durable_offset = self.dispatched_offset = end
         for key, cq in self._queues.items():
             self.offsets.clamp(key[0], key[1], cq.min_offset, cq.max_offset)
@@ -595,7 +617,7 @@ class MessageStore:
                 java_string_hash(tags) if tags else 0,
             )  # fmt: skip
             self._next_offset[key] = cq.max_offset
-            self._index_keys(msg.topic, msg.properties, item.offset, msg.store_timestamp)
+            self._index_keys(msg.topic, msg.properties, item.offset)
         raise AssertionError("scan always ends with a ScanEnd")  # pragma: no cover
 
     # ------------------------------------------------------------------ topics

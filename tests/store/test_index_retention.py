@@ -94,18 +94,45 @@ def test_index_forgets_records_lost_in_a_crash(tmp_path: Path) -> None:
 
 def test_key_index_rows_in_flight_stay_visible(tmp_path: Path) -> None:
     index = KeyIndex(tmp_path / "keys.db")
-    index.add("T", "k", 10, 1)
+    index.add("T", "k", 10)
     rows = index.take()
-    assert index.lookup("T", "k", 10) == [10]  # taken, not yet written
+    assert index.candidates("T", "k", 10) == [10]  # taken, not yet written
     index.write(rows)
     index.written(rows)
-    index.add("T", "k", 20, 2)
-    assert index.lookup("T", "k", 10) == [20, 10]
+    index.add("T", "k", 20)
+    index.add("T", "other", 20)
+    assert index.candidates("T", "k", 10) == [20, 10]
+    index.write(index.take())
     index.truncate_from(15)
-    assert index.lookup("T", "k", 10) == [10]
+    assert index.candidates("T", "k", 10) == [10]
     index.delete_before(11)
-    assert index.lookup("T", "k", 10) == []
+    assert index.candidates("T", "k", 10) == []
     index.close()
+
+
+def test_key_index_range_deletes_find_the_boundary(tmp_path: Path) -> None:
+    index = KeyIndex(tmp_path / "keys.db")
+    for offset in range(0, 1000, 10):
+        index.add("T", "k", offset)
+        index.add("T", f"u{offset}", offset)
+    index.write(index.take())
+    index.truncate_from(505)
+    assert index.candidates("T", "k", 1000)[0] == 500
+    index.delete_before(300)
+    assert index.candidates("T", "k", 1000)[-1] == 300
+    assert index.candidates("T", "u490", 5) == [490]
+    index.truncate_from(0)
+    assert index.candidates("T", "k", 1000) == []
+    index.close()
+
+
+def test_lookup_survives_hash_collisions(tmp_path: Path) -> None:
+    with MessageStore.open(config(tmp_path)) as store:
+        put_keyed(store, 3)
+        # Forge a row claiming that another key lives at record 0's offset.
+        first = store.get("TopicA", 0, 0, 1).commit_log_offsets[0]
+        store.index.add("TopicA", "forged", first)
+        assert store.messages_by_key("TopicA", "forged") == []
 
 
 def age(store: MessageStore, starts: list[int], hours: float) -> None:
