@@ -11,9 +11,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from protocol.errors import TrimqError
+from protocol.msgid import encode_offset_msg_id
 
 #: ``(ip, port)`` as the record codec takes it.
 Host = tuple[str, int]
@@ -62,19 +63,24 @@ class MessageToStore:
     born_host: Host = ("127.0.0.1", 0)
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
+    #: The properties exactly as the producer sent them (SEND_MESSAGE's ``properties``):
+    #: stored as they are, saving a re-encode. Must describe the same map as ``properties``.
+    properties_text: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class PutResult:
-    """Where a put landed. ``end_offset`` is what a sync-mode put waits to see flushed."""
+class PutResult(NamedTuple):
+    """Where a put landed. ``end_offset`` is what a sync-mode put waits to see flushed.
+
+    A named tuple rather than a dataclass: one is built per message on the put hot path.
+    """
 
     status: PutStatus
     commit_log_offset: int = -1
     size: int = 0
     queue_offset: int = -1
     store_timestamp: int = 0
-    msg_id: str = ""
     remark: str = ""
+    store_host: Host = ("127.0.0.1", 0)
 
     @property
     def ok(self) -> bool:
@@ -85,6 +91,13 @@ class PutResult:
     def end_offset(self) -> int:
         """Commit-log offset just past this record."""
         return self.commit_log_offset + self.size
+
+    @property
+    def msg_id(self) -> str:
+        """The offset message id (store host + commit-log offset), "" when not stored."""
+        if not self.ok:
+            return ""
+        return encode_offset_msg_id(self.store_host[0], self.store_host[1], self.commit_log_offset)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,155 +1,214 @@
 """The key index: find messages by ``UNIQ_KEY`` or by any of their ``KEYS`` (mqadmin's
-queryMsgByKey / queryMsgByUniqueKey), in SQLite instead of RocketMQ's 420 MB hash file.
+queryMsgByKey / queryMsgByUniqueKey).
 
-Theory of operation:
+Theory of operation. Writes are per message, queries are a rare admin action, so the index is
+built for cheap writes:
 
-* A row is ``(key_hash, offset)``: a 63-bit hash of ``topic#key`` (RocketMQ's index key) and
-  the record's commit-log offset. Hashes can collide, so lookups return candidate offsets
-  and the store checks each record really carries the key. Integer rows keep the insert cost
-  low: inserts run in the checkpoint's worker thread, but binding parameters holds the GIL.
-* Rows are inserted in commit-log order (dispatch order), so SQLite's rowid grows with the
-  offset. Cutting the index back after a crash (:meth:`truncate_from`) and retention
-  (:meth:`delete_before`) find the boundary rowid by binary search and delete a rowid range:
-  their cost does not grow with the size of the index.
-* Dispatch calls :meth:`add` (main thread: a list append). :meth:`take` hands the pending
-  batch to the checkpoint, which :meth:`write` s it in one transaction from its worker thread;
-  :meth:`written` drops it. Lookups see pending, in-flight and written rows alike.
-* Durability follows the store's checkpoint: rows of every record before the checkpoint's
-  ``safe_offset`` are committed before the checkpoint file is written. Recovery calls
-  ``truncate_from(safe_offset)`` before re-dispatching the records after it, which adds their
-  rows again, so no row is ever duplicated or left pointing past the log's end.
+* A row is 16 bytes: ``crc32(key)``, the record's commit-log offset, and a CRC of those 12
+  bytes (so a torn or zeroed row is recognised). Hashes can collide and the topic is not in
+  the row: lookups return candidate offsets and the store checks each record really is the
+  topic's and carries the key.
+* Rows live in one append-only file per commit-log segment, ``index/<segment start>.idx``,
+  in commit-log order. Retention deletes a segment's file with the segment; a lookup reads the
+  files newest first and finds the hash with ``bytes.find`` (C speed, tens of MB per ms).
+* Dispatch calls :meth:`add` (main thread: pack a row into a buffer). A checkpoint
+  :meth:`take` s the buffer, :meth:`write` s it from its worker thread (append + fsync, no GIL
+  held while the kernel works) and :meth:`written` drops it; lookups see buffered, in-flight
+  and written rows alike.
+* Durability follows the checkpoint: rows of every record before ``safe_offset`` are fsynced
+  before the checkpoint file is written. Recovery calls ``truncate_from(safe_offset)``, which
+  cuts each file at its first row that is invalid or past the offset (a binary search: rows
+  are appended in offset order and only a crashed append can leave a bad tail), and the
+  re-dispatch of the records after it adds their rows again.
 """
 
 from __future__ import annotations
 
-import sqlite3
+import os
+import struct
 import threading
 import zlib
 from pathlib import Path
 
-#: (key hash, commit-log offset)
-Row = tuple[int, int]
+_ROW = struct.Struct(">Iq")
+_CHECKED = struct.Struct(">IqI")
+ROW_SIZE = _CHECKED.size  # 16
+_NAME_DIGITS = 20
 
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS message_key (key_hash INTEGER NOT NULL, offset INTEGER NOT NULL)",
-    "CREATE INDEX IF NOT EXISTS message_key_hash ON message_key (key_hash)",
-)
+#: A batch handed to the writer: (segment start, packed rows).
+Batch = list[tuple[int, bytes]]
 
 
-def key_hash(topic: str, key: str) -> int:
-    """63-bit hash of RocketMQ's index key ``topic#key`` (stable across processes)."""
-    data = f"{topic}#{key}".encode()
-    return (zlib.crc32(data) << 31) ^ zlib.adler32(data)
+def key_hash(key: str) -> int:
+    """The 32-bit hash a row stores for ``key``."""
+    return zlib.crc32(key.encode())
+
+
+def _row(key: str, offset: int) -> bytes:
+    head = _ROW.pack(zlib.crc32(key.encode()), offset)
+    return head + (zlib.crc32(head)).to_bytes(4, "big")
 
 
 class KeyIndex:
-    """Persistent ``topic#key`` → commit-log offsets index (see the module docstring)."""
+    """Key → commit-log offsets, one append-only file per commit-log segment."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._writer = self._connect(path)
-        for statement in _SCHEMA:
-            self._writer.execute(statement)
-        self._reader = self._connect(path)
-        self._pending: list[Row] = []
-        self._in_flight: list[list[Row]] = []
-        self._write_lock = threading.Lock()
+    def __init__(self, directory: Path, segment_size: int) -> None:
+        self.directory = directory
+        self.segment_size = segment_size
+        directory.mkdir(parents=True, exist_ok=True)
+        self._pending: dict[int, bytearray] = {}
+        self._in_flight: list[Batch] = []
+        self._lock = threading.Lock()  # file changes: writer thread vs main thread
 
-    @staticmethod
-    def _connect(path: Path) -> sqlite3.Connection:
-        # check_same_thread=False: the writer is used from the checkpoint worker thread, one
-        # call at a time (``_write_lock``). FULL: a committed transaction is on disk before the
-        # store's checkpoint file claims it.
-        db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=FULL")
-        return db
+    def _path(self, segment: int) -> Path:
+        return self.directory / f"{segment:0{_NAME_DIGITS}d}.idx"
 
-    def add(self, topic: str, key: str, offset: int) -> None:
-        """Index one key of a dispatched record (in memory until the next :meth:`take`)."""
-        self._pending.append((key_hash(topic, key), offset))
+    def segments(self) -> list[int]:
+        """Segments that have an index file, oldest first."""
+        out = []
+        for path in self.directory.iterdir():
+            stem, suffix = path.stem, path.suffix
+            if suffix == ".idx" and len(stem) == _NAME_DIGITS and stem.isdigit():
+                out.append(int(stem))
+        return sorted(out)
 
-    def take(self) -> list[Row]:
-        """Main thread: hand the pending rows to a writer; they stay visible to lookups."""
-        rows, self._pending = self._pending, []
-        self._in_flight.append(rows)
-        return rows
+    # ------------------------------------------------------------------ writing
+    def add(self, key: str, offset: int) -> None:
+        """Index one key of the record at ``offset`` (buffered until the next :meth:`take`)."""
+        segment = offset - offset % self.segment_size
+        buf = self._pending.get(segment)
+        if buf is None:
+            buf = self._pending[segment] = bytearray()
+        buf += _row(key, offset)
 
-    def write(self, rows: list[Row]) -> None:
-        """Worker thread: commit ``rows`` in one transaction."""
-        if not rows:
-            return
-        with self._write_lock:
-            self._writer.execute("BEGIN")
-            try:
-                self._writer.executemany("INSERT INTO message_key VALUES (?, ?)", rows)
-            except BaseException:
-                self._writer.execute("ROLLBACK")
-                raise
-            self._writer.execute("COMMIT")
+    def take(self) -> Batch:
+        """Main thread: hand the buffered rows to a writer; they stay visible to lookups."""
+        batch = [(segment, bytes(buf)) for segment, buf in sorted(self._pending.items())]
+        self._pending = {}
+        self._in_flight.append(batch)
+        return batch
 
-    def written(self, rows: list[Row]) -> None:
-        """Main thread: ``rows`` (a batch from :meth:`take`) are committed."""
-        self._in_flight = [batch for batch in self._in_flight if batch is not rows]
+    def write(self, batch: Batch) -> None:
+        """Worker thread: append ``batch`` to its files and fsync them."""
+        with self._lock:
+            created = False
+            for segment, rows in batch:
+                path = self._path(segment)
+                created = created or not path.exists()
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                try:
+                    _write_all(fd, rows)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            if created:
+                _fsync_dir(self.directory)
 
-    def candidates(self, topic: str, key: str, max_num: int) -> list[int]:
-        """Commit-log offsets that may hold ``topic``'s messages with ``key``, newest first
-        (hash collisions possible: the caller checks each record)."""
-        wanted = key_hash(topic, key)
-        found = {off for h, off in self._pending if h == wanted}
-        for batch in self._in_flight:
-            found.update(off for h, off in batch if h == wanted)
-        cur = self._reader.execute(
-            "SELECT offset FROM message_key WHERE key_hash = ? ORDER BY offset DESC LIMIT ?",
-            (wanted, max_num),
-        )
-        found.update(row[0] for row in cur)
-        return sorted(found, reverse=True)
+    def written(self, batch: Batch) -> None:
+        """Main thread: ``batch`` (from :meth:`take`) is durable."""
+        self._in_flight = [b for b in self._in_flight if b is not batch]
 
+    # ------------------------------------------------------------------ reading
+    def candidates(self, key: str, max_num: int) -> list[int]:
+        """Offsets that may hold a record with ``key``, newest first (at most ``max_num``;
+        hash collisions possible: the caller checks each record)."""
+        pattern = key_hash(key).to_bytes(4, "big")
+        found: set[int] = set()
+        buffers = [bytes(b) for b in self._pending.values()]
+        buffers += [rows for batch in self._in_flight for _, rows in batch]
+        for data in buffers:
+            found.update(_matches(data, pattern))
+        for segment in reversed(self.segments()):
+            if len(found) >= max_num:
+                break
+            with self._lock:
+                data = _read(self._path(segment))
+            found.update(_matches(data, pattern))
+        return sorted(found, reverse=True)[:max_num]
+
+    # ------------------------------------------------------------------ cutting
     def truncate_from(self, offset: int) -> None:
-        """Forget rows of records at or past ``offset`` (recovery cuts the log there)."""
-        self._pending = [r for r in self._pending if r[1] < offset]
-        for batch in self._in_flight:  # in place: written() finds batches by identity
-            batch[:] = [r for r in batch if r[1] < offset]
-        with self._write_lock:
-            rowid = self._first_rowid_at(offset)
-            if rowid is not None:
-                self._writer.execute("DELETE FROM message_key WHERE rowid >= ?", (rowid,))
+        """Forget rows of records at or past ``offset`` and any damaged tail (recovery)."""
+        segment = offset - offset % self.segment_size
+        self._pending = {s: b for s, b in self._pending.items() if s < segment}
+        self._in_flight = []
+        with self._lock:
+            for start in self.segments():
+                if start > segment:
+                    self._path(start).unlink()
+                elif start == segment or _bad_tail(self._path(start)):
+                    # Earlier files were completed by checkpoints; check their tails anyway.
+                    _cut(self._path(start), offset)
 
     def delete_before(self, offset: int) -> None:
-        """Forget rows of records before ``offset`` (retention deleted their segments)."""
-        self._pending = [r for r in self._pending if r[1] >= offset]
-        for batch in self._in_flight:  # in place: written() finds batches by identity
-            batch[:] = [r for r in batch if r[1] >= offset]
-        with self._write_lock:
-            rowid = self._first_rowid_at(offset)
-            if rowid is None:
-                self._writer.execute("DELETE FROM message_key")
-            else:
-                self._writer.execute("DELETE FROM message_key WHERE rowid < ?", (rowid,))
-
-    def _first_rowid_at(self, offset: int) -> int | None:
-        """Smallest rowid whose offset >= ``offset`` (offsets grow with rowids): a binary
-        search of O(log n) point queries; None when every row is below ``offset``."""
-        db = self._writer
-        bounds = db.execute("SELECT min(rowid), max(rowid) FROM message_key").fetchone()
-        if bounds[0] is None:
-            return None
-        lo, hi = bounds[0], bounds[1] + 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            row = db.execute(
-                "SELECT rowid, offset FROM message_key WHERE rowid >= ? ORDER BY rowid LIMIT 1",
-                (mid,),
-            ).fetchone()
-            if row is None or row[1] >= offset:
-                hi = mid
-            else:
-                lo = row[0] + 1
-        return lo if lo <= bounds[1] else None
+        """Delete the files of segments that end at or before ``offset`` (retention)."""
+        with self._lock:
+            for start in self.segments():
+                if start + self.segment_size <= offset:
+                    self._path(start).unlink()
 
     def close(self) -> None:
-        """Close both connections (rows not yet written are re-indexed by recovery)."""
-        self._reader.close()
-        with self._write_lock:
-            self._writer.close()
+        """Nothing is held open; buffered rows are re-indexed by recovery."""
+
+
+def _matches(data: bytes, pattern: bytes) -> list[int]:
+    out = []
+    pos = data.find(pattern)
+    while pos != -1:
+        if pos % ROW_SIZE == 0:
+            out.append(_ROW.unpack_from(data, pos)[1])
+            pos = data.find(pattern, pos + ROW_SIZE)
+        else:
+            pos = data.find(pattern, pos + 1)
+    return out
+
+
+def _valid_before(data: bytes, index: int, offset: int) -> bool:
+    h, off, crc = _CHECKED.unpack_from(data, index * ROW_SIZE)
+    return bool(off < offset and crc == zlib.crc32(_ROW.pack(h, off)))
+
+
+def _bad_tail(path: Path) -> bool:
+    size = path.stat().st_size
+    if size % ROW_SIZE:
+        return True
+    if not size:
+        return False
+    with path.open("rb") as f:
+        f.seek(size - ROW_SIZE)
+        return not _valid_before(f.read(ROW_SIZE), 0, 2**63 - 1)
+
+
+def _cut(path: Path, offset: int) -> None:
+    """Truncate ``path`` at its first row that is damaged or at/past ``offset``."""
+    data = _read(path)
+    lo, hi = 0, len(data) // ROW_SIZE
+    while lo < hi:  # rows valid-and-before form a prefix: binary search its end
+        mid = (lo + hi) // 2
+        if _valid_before(data, mid, offset):
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo * ROW_SIZE != len(data):
+        os.truncate(path, lo * ROW_SIZE)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -47,18 +47,20 @@ BLANK_SIZE = _PREFIX.size
 _INT32_MAX = 2**31 - 1
 
 
-class Built(NamedTuple):
-    """A record ready to append."""
+def record_size(body_len: int, topic_prefix: bytes, props_len: int, family: int = 0) -> int:
+    """Size of a record with these parts (``props_len`` without the CRC tail).
 
-    data: bytes
-    size: int
-
-
-def record_size(body_len: int, topic: bytes, props: bytes, ipv6_hosts: int = 0) -> int:
-    """Size of a record with these parts (``props`` without the CRC tail)."""
-    fixed = _FIXED[ipv6_hosts].size
-    topic_len = 1 if len(topic) <= 127 else 2
-    return fixed + body_len + topic_len + len(topic) + 2 + len(props) + CRC_TAIL_SIZE
+    Raises:
+        EncodeError: the properties or the whole record do not fit their length fields.
+    """
+    if props_len + CRC_TAIL_SIZE > MAX_PROPERTIES_SIZE:
+        raise EncodeError(
+            f"message properties of {props_len + CRC_TAIL_SIZE} bytes exceed {MAX_PROPERTIES_SIZE}"
+        )
+    total = _FIXED[family].size + body_len + len(topic_prefix) + 2 + props_len + CRC_TAIL_SIZE
+    if total > _INT32_MAX:
+        raise EncodeError(f"message record of {total} bytes is too large")
+    return total
 
 
 def encode_props(properties: Mapping[str, str]) -> bytes:
@@ -81,8 +83,8 @@ def host_family(born_ip: bytes, store_ip: bytes) -> int:
 
 
 def build_record(
-    *,
-    topic: bytes,
+    topic_prefix: bytes,
+    magic: int,
     queue_id: int,
     body: bytes,
     props: bytes,
@@ -98,39 +100,47 @@ def build_record(
     store_port: int,
     reconsume_times: int,
     prepared_transaction_offset: int,
-) -> Built:
-    """Encode one stored record, CRC tail included.
+    total: int,
+) -> bytes:
+    """Encode one stored record of ``total`` bytes (:func:`record_size`), CRC tail included.
+
+    ``topic_prefix`` is the topic's length field followed by the topic (:func:`topic_prefix`);
+    ``magic`` goes with it. Arguments are positional: this runs once per put.
 
     Raises:
-        EncodeError: a field does not fit its wire type, or the properties are too long.
+        EncodeError: a field does not fit its wire type.
     """
-    family = host_family(born_ip, store_ip)
-    sys_flag = (sys_flag & ~_HOST_BITS) | (family << 4)
-    props_len = len(props) + CRC_TAIL_SIZE
-    if props_len > MAX_PROPERTIES_SIZE:
-        raise EncodeError(f"message properties of {props_len} bytes exceed {MAX_PROPERTIES_SIZE}")
-    if len(topic) <= 127:
-        magic, topic_len = MESSAGE_MAGIC_V1, bytes((len(topic),))
-    else:
-        magic, topic_len = MESSAGE_MAGIC_V2, _I16.pack(len(topic))
-    fixed = _FIXED[family]
-    total = fixed.size + len(body) + len(topic_len) + len(topic) + 2 + props_len
-    if total > _INT32_MAX:
-        raise EncodeError(f"message record of {total} bytes is too large")
+    family = (len(born_ip) == 16) | ((len(store_ip) == 16) << 1)
     try:
-        head = fixed.pack(
+        head = _FIXED[family].pack(
             total, magic, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
-            commit_log_offset, sys_flag, born_timestamp, born_ip, born_port,
-            store_timestamp, store_ip, store_port, reconsume_times,
+            commit_log_offset, (sys_flag & ~_HOST_BITS) | (family << 4), born_timestamp,
+            born_ip, born_port, store_timestamp, store_ip, store_port, reconsume_times,
             prepared_transaction_offset, len(body),
         )  # fmt: skip
     except struct.error as exc:
         raise EncodeError(f"message field out of range: {exc}") from None
-    rest = topic_len + topic + _I16.pack(props_len) + props
+    rest = topic_prefix + _I16.pack(len(props) + CRC_TAIL_SIZE) + props
     # RocketMQ's checkSize: the CRC covers every byte before the 20-byte tail.
     crc = zlib.crc32(rest, zlib.crc32(body, zlib.crc32(head))) & 0x7FFFFFFF
-    data = b"".join((head, body, rest, _CRC_TAIL_PREFIX, b"%010d\x02" % crc))
-    return Built(data, total)
+    return b"".join((head, body, rest, _CRC_TAIL_PREFIX, b"%010d\x02" % crc))
+
+
+def topic_prefix(topic: str) -> tuple[bytes, int]:
+    """The topic's length field + UTF-8 bytes, and the magic that goes with that length.
+
+    Raises:
+        EncodeError: the topic is not encodable or longer than 32 767 bytes.
+    """
+    try:
+        data = topic.encode()
+    except UnicodeEncodeError as exc:
+        raise EncodeError(f"topic is not valid text: {exc}") from None
+    if len(data) <= 127:
+        return bytes((len(data),)) + data, MESSAGE_MAGIC_V1
+    if len(data) > 0x7FFF:
+        raise EncodeError(f"topic of {len(data)} bytes is too long")
+    return _I16.pack(len(data)) + data, MESSAGE_MAGIC_V2
 
 
 def ip_bytes(ip: str) -> bytes:

@@ -41,9 +41,16 @@ from broker.store.commitlog import CommitLog, ScanEnd
 from broker.store.config import StoreConfig
 from broker.store.consumequeue import ConsumeQueue
 from broker.store.files import AbortMarker, DirectoryLock
-from broker.store.index import KeyIndex, Row
+from broker.store.index import Batch, KeyIndex
 from broker.store.offsets import ConsumerOffsets
-from broker.store.record import build_record, check_record, encode_props, ip_bytes, record_size
+from broker.store.record import (
+    build_record,
+    check_record,
+    encode_props,
+    ip_bytes,
+    record_size,
+    topic_prefix,
+)
 from protocol.errors import EncodeError, RecordError
 from protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
@@ -52,9 +59,8 @@ from protocol.message import (
     decode_record,
     peek_record,
 )
-from protocol.msgid import encode_offset_msg_id
 from protocol.naming import is_valid_topic
-from protocol.properties import KEYS, TAGS, UNIQ_KEY, java_string_hash, split_keys
+from protocol.properties import CRC32, KEYS, TAGS, UNIQ_KEY, java_string_hash, split_keys
 
 QueueKey = tuple[str, int]
 #: Unwritten commit-log bytes that make a put write out on its own (bounds memory, and
@@ -100,7 +106,7 @@ class CheckpointTicket:
     checkpoint: Checkpoint
     offsets_snapshot: bytes | None
     offsets_changes: int
-    index_rows: list[Row]
+    index_rows: Batch
 
 
 @dataclass(slots=True)
@@ -145,13 +151,17 @@ class MessageStore:
         )
         self.offsets = ConsumerOffsets(config.config_dir / "consumerOffset.json")
         (config.data_dir / "index").mkdir(exist_ok=True)
-        self.index = KeyIndex(config.data_dir / "index" / "keys.db")
+        self.index = KeyIndex(config.data_dir / "index", config.segment_size)
         self._queues: dict[QueueKey, ConsumeQueue] = {}
         self._next_offset: dict[QueueKey, int] = {}
         self._mins: dict[QueueKey, tuple[int, int]] = {}
+        self._topics: dict[str, tuple[bytes, int]] = {}  # topic -> (length + bytes, magic)
+        self._tag_codes: dict[str, int] = {}
+        self._async = config.flush_mode is FlushMode.ASYNC
         self._pending: list[_Pending] = []
         self._store_ip = ip_bytes(config.store_host[0])
         self._store_port = config.store_host[1]
+        self._store_family = (len(self._store_ip) == 16) << 1
         self.durable_offset = 0
         self.dispatched_offset = 0
         self.disk_error: OSError | None = None
@@ -227,61 +237,95 @@ class MessageStore:
             return PutResult(status or PutStatus.MESSAGE_ILLEGAL, remark=str(exc))
 
     def _append(self, msg: MessageToStore) -> PutResult:
+        # The put hot path: per-topic and per-tag work is cached, arguments are positional.
         key = (msg.topic, msg.queue_id)
-        if key not in self._queues and not _legal_queue(msg.topic, msg.queue_id):
+        topic = self._topics.get(msg.topic)
+        if topic is None or key not in self._queues:
             # Checked first: an illegal topic may not even encode (a lone surrogate).
-            raise EncodeError(f"illegal topic {msg.topic!r} or queue id {msg.queue_id}")
-        topic = msg.topic.encode()
-        props = encode_props(msg.properties)
+            if not _legal_queue(msg.topic, msg.queue_id):
+                raise EncodeError(f"illegal topic {msg.topic!r} or queue id {msg.queue_id}")
+            topic = self._topics[msg.topic] = topic_prefix(msg.topic)
+        text = msg.properties_text
+        if text is not None and CRC32 not in text:
+            props = text.encode()
+        else:
+            props = encode_props(msg.properties)
         born_ip = ip_bytes(msg.born_host[0])
-        family = (len(born_ip) == 16) | ((len(self._store_ip) == 16) << 1)
-        size = record_size(len(msg.body), topic, props, family)
+        body = msg.body
+        size = record_size(
+            len(body), topic[0], len(props), (len(born_ip) == 16) | self._store_family
+        )
         dispatched = msg.sys_flag & SYSFLAG_TRANSACTION_MASK not in _NOT_DISPATCHED
-        if dispatched and key not in self._queues:
-            self._queue(key)
-        queue_offset = self._next_offset[key] if dispatched else 0
+        if dispatched:
+            cq = self._queues.get(key) or self._queue(key)
+            queue_offset = self._next_offset[key]
+        else:
+            queue_offset = 0
         now = self._clock_ms()
         try:
             offset = self.log.reserve(size)
         except ValueError as exc:
             raise EncodeError(str(exc)) from None
-        built = build_record(
-            topic=topic, queue_id=msg.queue_id, body=msg.body, props=props, flag=msg.flag,
-            queue_offset=queue_offset, commit_log_offset=offset, sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp, born_ip=born_ip, born_port=msg.born_host[1],
-            store_timestamp=now, store_ip=self._store_ip, store_port=self._store_port,
-            reconsume_times=msg.reconsume_times,
-            prepared_transaction_offset=msg.prepared_transaction_offset,
+        record = build_record(
+            topic[0], topic[1], msg.queue_id, body, props, msg.flag, queue_offset, offset,
+            msg.sys_flag, msg.born_timestamp, born_ip, msg.born_host[1], now, self._store_ip,
+            self._store_port, msg.reconsume_times, msg.prepared_transaction_offset, size,
         )  # fmt: skip
-        self.log.append(built.data)
+        self.log.append(record)
         self.stats.puts += 1
         if dispatched:
             self._next_offset[key] = queue_offset + 1
             tags = msg.properties.get(TAGS)
-            pending = _Pending(
-                offset + size, msg.topic, msg.queue_id, queue_offset, offset, size,
-                java_string_hash(tags) if tags else 0, now, msg.properties,
-            )  # fmt: skip
-            if self.config.flush_mode is FlushMode.ASYNC:
-                self._dispatch(pending)
+            tags_code = (self._tag_codes.get(tags) or self._tag_code(tags)) if tags else 0
+            if self._async:
+                cq.append(offset, size, tags_code)
+                self.dispatched_offset = offset + size
+                self._notify(
+                    msg.topic, msg.queue_id, queue_offset, tags_code, now, msg.properties, offset
+                )
             else:
+                pending = _Pending(
+                    offset + size, msg.topic, msg.queue_id, queue_offset, offset, size,
+                    tags_code, now, msg.properties,
+                )  # fmt: skip
                 self._pending.append(pending)
         if self.log.end - self.log.written > WRITE_OUT_THRESHOLD:
             self._write_out_quietly()
         return PutResult(
-            PutStatus.PUT_OK, offset, size, queue_offset, now,
-            encode_offset_msg_id(self.config.store_host[0], self._store_port, offset),
-        )  # fmt: skip
+            PutStatus.PUT_OK, offset, size, queue_offset, now, "", self.config.store_host
+        )
+
+    def _tag_code(self, tags: str) -> int:
+        if len(self._tag_codes) >= 65_536:  # bounded: tags are usually few, but not always
+            self._tag_codes.clear()
+        code = self._tag_codes[tags] = java_string_hash(tags)
+        return code
 
     def _dispatch(self, p: _Pending) -> None:
         self._queues[(p.topic, p.queue_id)].append(p.offset, p.size, p.tags_code)
         self.dispatched_offset = p.end
-        self._index_keys(p.topic, p.properties, p.offset)
+        self._notify(
+            p.topic, p.queue_id, p.queue_offset, p.tags_code, p.store_timestamp, p.properties,
+            p.offset,
+        )  # fmt: skip
+
+    def _notify(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        tags_code: int,
+        store_timestamp: int,
+        properties: Mapping[str, str],
+        commit_log_offset: int,
+    ) -> None:
+        """After a record entered its consume queue: index its keys, tell the listener."""
+        self._index_keys(topic, properties, commit_log_offset)
         if self.listener is None:
             return
         try:
             self.listener.arriving(
-                p.topic, p.queue_id, p.queue_offset, p.tags_code, p.store_timestamp, p.properties
+                topic, queue_id, queue_offset, tags_code, store_timestamp, properties
             )
         except Exception:  # a listener bug must never stall dispatch (RocketMQ weak spot 17)
             self.stats.listener_errors += 1
@@ -289,11 +333,11 @@ class MessageStore:
     def _index_keys(self, topic: str, properties: Mapping[str, str], offset: int) -> None:
         uniq = properties.get(UNIQ_KEY)
         if uniq:
-            self.index.add(topic, uniq, offset)
+            self.index.add(uniq, offset)
         keys = properties.get(KEYS)
         if keys:
             for key in split_keys(keys):
-                self.index.add(topic, key, offset)
+                self.index.add(key, offset)
 
     # ------------------------------------------------------------------ disk errors
     def _write_out_quietly(self) -> list[int]:
@@ -531,7 +575,7 @@ class MessageStore:
         """Records of ``topic`` whose ``UNIQ_KEY`` or one of whose ``KEYS`` is ``key``,
         stored within ``[begin_ms, end_ms]``, newest first."""
         out: list[bytes] = []
-        for offset in self.index.candidates(topic, key, max_num * 4):
+        for offset in self.index.candidates(key, max_num * 8):
             data = self.message_at(offset)
             if data is None:
                 continue

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from broker.store.api import GetStatus, MessageToStore
 from broker.store.config import StoreConfig
-from broker.store.index import KeyIndex
+from broker.store.index import ROW_SIZE, KeyIndex
 from broker.store.store import MessageStore
 from protocol.message import decode_record
 
@@ -93,37 +93,51 @@ def test_index_forgets_records_lost_in_a_crash(tmp_path: Path) -> None:
 
 
 def test_key_index_rows_in_flight_stay_visible(tmp_path: Path) -> None:
-    index = KeyIndex(tmp_path / "keys.db")
-    index.add("T", "k", 10)
-    rows = index.take()
-    assert index.candidates("T", "k", 10) == [10]  # taken, not yet written
-    index.write(rows)
-    index.written(rows)
-    index.add("T", "k", 20)
-    index.add("T", "other", 20)
-    assert index.candidates("T", "k", 10) == [20, 10]
+    index = KeyIndex(tmp_path, segment_size=1000)
+    index.add("k", 10)
+    batch = index.take()
+    assert index.candidates("k", 10) == [10]  # taken, not yet written
+    index.write(batch)
+    index.written(batch)
+    index.add("k", 20)
+    index.add("other", 20)
+    assert index.candidates("k", 10) == [20, 10]
     index.write(index.take())
     index.truncate_from(15)
-    assert index.candidates("T", "k", 10) == [10]
-    index.delete_before(11)
-    assert index.candidates("T", "k", 10) == []
-    index.close()
+    assert index.candidates("k", 10) == [10]
+    index.delete_before(1000)
+    assert index.candidates("k", 10) == []
 
 
-def test_key_index_range_deletes_find_the_boundary(tmp_path: Path) -> None:
-    index = KeyIndex(tmp_path / "keys.db")
-    for offset in range(0, 1000, 10):
-        index.add("T", "k", offset)
-        index.add("T", f"u{offset}", offset)
-    index.write(index.take())
-    index.truncate_from(505)
-    assert index.candidates("T", "k", 1000)[0] == 500
-    index.delete_before(300)
-    assert index.candidates("T", "k", 1000)[-1] == 300
-    assert index.candidates("T", "u490", 5) == [490]
-    index.truncate_from(0)
-    assert index.candidates("T", "k", 1000) == []
-    index.close()
+def test_key_index_files_follow_segments_and_cut_at_the_offset(tmp_path: Path) -> None:
+    index = KeyIndex(tmp_path, segment_size=1000)
+    for offset in range(0, 3000, 10):
+        index.add("k", offset)
+        index.add(f"u{offset}", offset)
+    batch = index.take()
+    index.write(batch)
+    index.written(batch)
+    assert index.segments() == [0, 1000, 2000]
+    index.truncate_from(1505)
+    assert index.segments() == [0, 1000]
+    assert index.candidates("k", 1000)[0] == 1500
+    index.delete_before(1000)
+    assert index.candidates("k", 1000)[-1] == 1000
+    assert index.candidates("u1490", 5) == [1490]
+
+
+def test_key_index_cuts_a_torn_or_zeroed_tail(tmp_path: Path) -> None:
+    index = KeyIndex(tmp_path, segment_size=1 << 20)
+    for offset in range(100):
+        index.add("k", offset)
+    batch = index.take()
+    index.write(batch)
+    path = tmp_path / f"{0:020d}.idx"
+    with path.open("ab") as f:
+        f.write(bytes(ROW_SIZE * 3) + b"\x01\x02")  # a crashed append: zeros and a torn row
+    index.truncate_from(10**5)  # recovery scanned from an offset in the same segment
+    assert path.stat().st_size == 100 * ROW_SIZE
+    assert index.candidates("k", 1000) == list(range(99, -1, -1))
 
 
 def test_lookup_survives_hash_collisions(tmp_path: Path) -> None:
@@ -131,7 +145,7 @@ def test_lookup_survives_hash_collisions(tmp_path: Path) -> None:
         put_keyed(store, 3)
         # Forge a row claiming that another key lives at record 0's offset.
         first = store.get("TopicA", 0, 0, 1).commit_log_offsets[0]
-        store.index.add("TopicA", "forged", first)
+        store.index.add("forged", first)
         assert store.messages_by_key("TopicA", "forged") == []
 
 
