@@ -5,12 +5,14 @@ tasks that do. One flusher task runs group commits: whenever puts are waiting fo
 durability (SYNC mode) or the flush interval has passed (ASYNC mode), it writes the log out,
 fsyncs in a worker thread and then wakes every put whose record is now durable — one fsync for
 however many producers are waiting. A checkpoint task advances the recovery checkpoint.
-Both are owned by the nursery of :func:`serve_storage`.
+A retention task deletes expired segments daily or when the disk fills. All are owned by
+the nursery of :func:`serve_storage`.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 
 import trio
@@ -34,6 +36,7 @@ class Storage:
         self._waiters: list[_Waiter] = []
         self._wake = trio.Event()
         self.fsyncs = 0
+        self._swept: tuple[int, int] | None = None  # (year, day) of the last scheduled run
 
     async def put(self, msg: MessageToStore) -> PutResult:
         """Store one message; in SYNC mode return only once it is durable.
@@ -101,6 +104,22 @@ class Storage:
         store.checkpoint_end(ticket)
         self._release(ok=True)
 
+    def retention_once(self, now: float) -> int:
+        """Delete expired segments if the disk is full past the ratio, or if this is the
+        daily deletion hour and it has not run today."""
+        local = time.localtime(now)
+        day = (local.tm_year, local.tm_yday)
+        scheduled = local.tm_hour == self.store.config.delete_when_hour and day != self._swept
+        if scheduled:
+            self._swept = day
+        return self.store.delete_expired(now, scheduled=scheduled)
+
+    async def run_retention(self) -> None:
+        """Retention loop."""
+        while True:
+            await trio.sleep(self.store.config.retention_check_interval_s)
+            self.retention_once(time.time())
+
     async def run_checkpointer(self) -> None:
         """Checkpoint loop."""
         while True:
@@ -118,6 +137,7 @@ async def serve_storage(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(storage.run_flusher)
             nursery.start_soon(storage.run_checkpointer)
+            nursery.start_soon(storage.run_retention)
             task_status.started(storage)
     finally:
         with trio.CancelScope(shield=True):

@@ -27,6 +27,8 @@ class StoreConfig:
         retention_hours: segments older than this may be deleted (``fileReservedTime``, 72).
         disk_max_used_ratio: past this disk usage, expired segments are deleted at once
             (``diskMaxUsedSpaceRatio``, 0.75).
+        delete_when_hour: local hour of the daily scheduled deletion (``deleteWhen``, 04).
+        retention_check_interval_s: how often the disk ratio is checked (RocketMQ: 10 s).
         preallocate: ``posix_fallocate`` new segments, so ENOSPC shows at creation.
         store_host: ``(ip, port)`` written into every record and its offset msgId.
     """
@@ -41,6 +43,8 @@ class StoreConfig:
     tail_cache_bytes: int = 64 * 1024 * 1024
     retention_hours: float = 72.0
     disk_max_used_ratio: float = 0.75
+    delete_when_hour: int = 4
+    retention_check_interval_s: float = 10.0
     preallocate: bool = True
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
 

@@ -22,7 +22,6 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.store.api import (
@@ -41,23 +40,23 @@ from broker.store.commitlog import CommitLog, ScanEnd
 from broker.store.config import StoreConfig
 from broker.store.consumequeue import ConsumeQueue
 from broker.store.files import AbortMarker, DirectoryLock
-from broker.store.index import Batch, KeyIndex
+from broker.store.index import KeyIndex
 from broker.store.offsets import ConsumerOffsets
+from broker.store.reads import read_queue, record_at, records_with_key, store_timestamp_at
 from broker.store.record import (
     build_record,
-    check_record,
     encode_props,
     ip_bytes,
     record_size,
     topic_prefix,
 )
-from protocol.errors import EncodeError, RecordError
+from broker.store.tickets import CheckpointTicket, FlushTicket, Pending, StoreStats
+from protocol.errors import EncodeError
 from protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
     decode_record,
-    peek_record,
 )
 from protocol.naming import is_valid_topic
 from protocol.properties import CRC32, KEYS, TAGS, UNIQ_KEY, java_string_hash, split_keys
@@ -70,57 +69,6 @@ WRITE_OUT_THRESHOLD = 4 * 1024 * 1024
 MAX_FILTER_SCAN = 800
 MAX_QUEUE_ID = 65_536
 _NOT_DISPATCHED = frozenset({SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_ROLLBACK})
-
-
-@dataclass(slots=True)
-class _Pending:
-    """A record appended but not yet dispatched (SYNC mode waits for its fsync)."""
-
-    end: int
-    topic: str
-    queue_id: int
-    queue_offset: int
-    offset: int
-    size: int
-    tags_code: int
-    store_timestamp: int
-    properties: Mapping[str, str]
-
-
-@dataclass(frozen=True, slots=True)
-class FlushTicket:
-    """One group commit in progress: what ``flush_sync`` must fsync, and up to where
-    (``generation``: the commit log's write-out it covers, see ``CommitLog.synced``)."""
-
-    target: int
-    fds: tuple[int, ...]
-    generation: int
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointTicket:
-    """One checkpoint in progress (see the module docstring)."""
-
-    flush: FlushTicket
-    queue_fds: tuple[int, ...]
-    checkpoint: Checkpoint
-    offsets_snapshot: bytes | None
-    offsets_changes: int
-    index_rows: Batch
-
-
-@dataclass(slots=True)
-class StoreStats:
-    """Counters for ``statistics()``."""
-
-    puts: int = 0
-    put_errors: int = 0
-    listener_errors: int = 0
-    recovered_records: int = 0
-    recovery_stop_reason: str = ""
-    recovery_scanned_from: int = -1
-    last_disk_error: str = ""
-    extra: dict[str, int] = field(default_factory=dict)
 
 
 class MessageStore:
@@ -158,7 +106,7 @@ class MessageStore:
         self._topics: dict[str, tuple[bytes, int]] = {}  # topic -> (length + bytes, magic)
         self._tag_codes: dict[str, int] = {}
         self._async = config.flush_mode is FlushMode.ASYNC
-        self._pending: list[_Pending] = []
+        self._pending: list[Pending] = []
         self._store_ip = ip_bytes(config.store_host[0])
         self._store_port = config.store_host[1]
         self._store_family = (len(self._store_ip) == 16) << 1
@@ -284,7 +232,7 @@ class MessageStore:
                     msg.topic, msg.queue_id, queue_offset, tags_code, now, msg.properties, offset
                 )
             else:
-                pending = _Pending(
+                pending = Pending(
                     offset + size, msg.topic, msg.queue_id, queue_offset, offset, size,
                     tags_code, now, msg.properties,
                 )  # fmt: skip
@@ -301,7 +249,7 @@ class MessageStore:
         code = self._tag_codes[tags] = java_string_hash(tags)
         return code
 
-    def _dispatch(self, p: _Pending) -> None:
+    def _dispatch(self, p: Pending) -> None:
         self._queues[(p.topic, p.queue_id)].append(p.offset, p.size, p.tags_code)
         self.dispatched_offset = p.end
         self._notify(
@@ -459,53 +407,9 @@ class MessageStore:
         cq = self._queues.get((topic, queue_id))
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-        low, high = self._queue_min(cq), cq.max_offset
-        status = _position_status(offset, low, high)
-        if status is not None:
-            # An empty queue: its first message will be at ``high`` (0), as RocketMQ answers;
-            # echoing ``offset`` would make a consumer ahead of a crash skip new messages.
-            nxt = {
-                GetStatus.OFFSET_TOO_SMALL: low,
-                GetStatus.OFFSET_OVERFLOW_BADLY: high,
-                GetStatus.NO_MESSAGE_IN_QUEUE: high,
-            }
-            return GetResult(status, nxt.get(status, offset), low, high)
-        return self._read_entries(cq, offset, max_count, max_bytes, tags_codes)
-
-    def _read_entries(
-        self,
-        cq: ConsumeQueue,
-        offset: int,
-        max_count: int,
-        max_bytes: int,
-        tags_codes: frozenset[int] | None,
-    ) -> GetResult:
-        records: list[bytes] = []
-        offsets: list[int] = []
-        phys: list[int] = []
-        total = 0
-        nxt = offset
-        budget = MAX_FILTER_SCAN if tags_codes is not None else max_count
-        for entry_offset, (where, size, tags_code) in enumerate(
-            cq.entries(offset, max(budget, max_count)), start=offset
-        ):
-            if len(records) >= max_count or (records and total + size > max_bytes):
-                break
-            nxt = entry_offset + 1
-            if tags_codes is not None and tags_code not in tags_codes:
-                continue
-            data = self.log.read(where, size)
-            if data is None:  # retention removed the record under a lagging queue entry
-                continue
-            records.append(data)
-            offsets.append(entry_offset)
-            phys.append(where)
-            total += size
-        status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
-        return GetResult(
-            status, nxt, cq.min_offset, cq.max_offset, b"".join(records), tuple(offsets),
-            tuple(phys),
-        )  # fmt: skip
+        return read_queue(
+            self.log, cq, self._queue_min(cq), offset, max_count, max_bytes, tags_codes
+        )
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest queue offset whose message is still held (0 for an unknown queue)."""
@@ -534,27 +438,7 @@ class MessageStore:
     def message_at(self, commit_log_offset: int) -> bytes | None:
         """The record at a commit-log offset (an offset msgId points there), or None when no
         valid record starts there."""
-        head = self.log.read(commit_log_offset, 4)
-        if head is None:
-            return None
-        size = int.from_bytes(head, "big", signed=True)
-        data = self.log.read(commit_log_offset, size) if size > 0 else None
-        if data is None:
-            return None
-        check = check_record(data, 0, commit_log_offset)
-        if check.blank or check.size != size:  # a blank marker is no record
-            return None
-        return data
-
-    def store_timestamp_at(self, commit_log_offset: int, size: int) -> int:
-        """Store time of the record at an offset (for offset-by-time searches)."""
-        data = self.log.read(commit_log_offset, size)
-        if data is None:
-            return 0
-        try:
-            return peek_record(data).store_timestamp
-        except RecordError:
-            return 0
+        return record_at(self.log, commit_log_offset)
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """First queue offset whose message was stored at or after ``timestamp_ms``
@@ -562,7 +446,7 @@ class MessageStore:
         cq = self._queues.get((topic, queue_id))
         if cq is None:
             return 0
-        return cq.bisect(lambda e: self.store_timestamp_at(e[0], e[1]), timestamp_ms)
+        return cq.bisect(lambda e: store_timestamp_at(self.log, e[0], e[1]), timestamp_ms)
 
     def messages_by_key(
         self,
@@ -574,22 +458,8 @@ class MessageStore:
     ) -> list[bytes]:
         """Records of ``topic`` whose ``UNIQ_KEY`` or one of whose ``KEYS`` is ``key``,
         stored within ``[begin_ms, end_ms]``, newest first."""
-        out: list[bytes] = []
-        for offset in self.index.candidates(key, max_num * 8):
-            data = self.message_at(offset)
-            if data is None:
-                continue
-            try:
-                msg, _ = decode_record(data)
-            except RecordError:
-                continue
-            # The index holds hashes: confirm the record really is this topic's and key's.
-            keys = msg.properties.get(UNIQ_KEY), *split_keys(msg.properties.get(KEYS))
-            if msg.topic == topic and key in keys and begin_ms <= msg.store_timestamp <= end_ms:
-                out.append(data)
-                if len(out) >= max_num:
-                    break
-        return out
+        candidates = self.index.candidates(key, max_num * 8)
+        return records_with_key(self.log, candidates, topic, key, max_num, begin_ms, end_ms)
 
     # ------------------------------------------------------------------ retention
     def disk_used_ratio(self) -> float:
@@ -711,18 +581,6 @@ def _legal_queue(topic: str, queue_id: int) -> bool:
 
 def _illegal(remark: str) -> PutResult:
     return PutResult(PutStatus.MESSAGE_ILLEGAL, remark=remark)
-
-
-def _position_status(offset: int, low: int, high: int) -> GetStatus | None:
-    if high == 0:
-        return GetStatus.NO_MESSAGE_IN_QUEUE
-    if offset < low:
-        return GetStatus.OFFSET_TOO_SMALL
-    if offset == high:
-        return GetStatus.OFFSET_OVERFLOW_ONE
-    if offset > high:
-        return GetStatus.OFFSET_OVERFLOW_BADLY
-    return None
 
 
 def remove_store(data_dir: Path) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import trio
 
-from broker.storage import serve_storage
+from broker.storage import Storage, serve_storage
 from broker.store.api import FlushMode, GetStatus, MessageToStore
 from broker.store.config import StoreConfig
 from broker.store.store import MessageStore
@@ -68,3 +70,23 @@ async def test_async_mode_flushes_on_its_interval(tmp_path: Path) -> None:
                 await trio.sleep(0.01)
             assert store.durable_offset >= result.end_offset
             nursery.cancel_scope.cancel()
+
+
+async def test_retention_runs_once_a_day_at_the_deletion_hour(tmp_path: Path) -> None:
+    cfg = StoreConfig(tmp_path, segment_size=8192, cq_entries_per_file=16)
+    store = MessageStore.open(cfg)
+    for i in range(600):
+        store.put_nowait(MessageToStore("T", 0, b"m%d" % i))
+    store.checkpoint()
+    old = time.time() - 100 * 3600
+    for start in store.log.segment_starts[:2]:
+        os.utime(cfg.commitlog_dir / f"{start:020d}", (old, old))
+    storage = Storage(store)
+    base = time.mktime((2026, 11, 22, cfg.delete_when_hour, 5, 0, 0, 0, -1))
+    assert storage.retention_once(base - 3600) == 0 or store.disk_used_ratio() >= 0.75
+    assert storage.retention_once(base) == 2  # the deletion hour: expired segments go
+    for start in store.log.segment_starts[:1]:
+        os.utime(cfg.commitlog_dir / f"{start:020d}", (old, old))
+    if store.disk_used_ratio() < cfg.disk_max_used_ratio:
+        assert storage.retention_once(base + 60) == 0  # already swept today
+    store.close()
