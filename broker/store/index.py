@@ -24,6 +24,7 @@ built for cheap writes:
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 import threading
@@ -35,8 +36,8 @@ _CHECKED = struct.Struct(">IqI")
 ROW_SIZE = _CHECKED.size  # 16
 _NAME_DIGITS = 20
 
-#: A batch handed to the writer: (segment start, packed rows).
-Batch = list[tuple[int, bytes]]
+#: A batch handed to the writer: (key, commit-log offset) in offset order.
+Batch = list[tuple[str, int]]
 
 
 def key_hash(key: str) -> int:
@@ -56,7 +57,7 @@ class KeyIndex:
         self.directory = directory
         self.segment_size = segment_size
         directory.mkdir(parents=True, exist_ok=True)
-        self._pending: dict[int, bytearray] = {}
+        self._pending: Batch = []
         self._in_flight: list[Batch] = []
         self._lock = threading.Lock()  # file changes: writer thread vs main thread
 
@@ -74,25 +75,26 @@ class KeyIndex:
 
     # ------------------------------------------------------------------ writing
     def add(self, key: str, offset: int) -> None:
-        """Index one key of the record at ``offset`` (buffered until the next :meth:`take`)."""
-        segment = offset - offset % self.segment_size
-        buf = self._pending.get(segment)
-        if buf is None:
-            buf = self._pending[segment] = bytearray()
-        buf += _row(key, offset)
+        """Index one key of the record at ``offset`` (buffered until the next :meth:`take`).
+
+        Only a list append: hashing and packing happen in :meth:`write`, in the checkpoint's
+        worker thread, so neither puts nor checkpoints stall the event loop for them."""
+        self._pending.append((key, offset))
 
     def take(self) -> Batch:
-        """Main thread: hand the buffered rows to a writer; they stay visible to lookups."""
-        batch = [(segment, bytes(buf)) for segment, buf in sorted(self._pending.items())]
-        self._pending = {}
+        """Main thread: hand the buffered rows to a writer (O(1)); they stay visible to
+        lookups until :meth:`written`."""
+        batch, self._pending = self._pending, []
         self._in_flight.append(batch)
         return batch
 
     def write(self, batch: Batch) -> None:
-        """Worker thread: append ``batch`` to its files and fsync them."""
+        """Worker thread: pack ``batch`` into rows, append them to their segments' files and
+        fsync those."""
+        packed = self._pack(batch)
         with self._lock:
             created = False
-            for segment, rows in batch:
+            for segment, rows in packed:
                 path = self._path(segment)
                 created = created or not path.exists()
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -104,6 +106,16 @@ class KeyIndex:
             if created:
                 _fsync_dir(self.directory)
 
+    def _pack(self, batch: Batch) -> list[tuple[int, bytes]]:
+        out = []
+        size, start = self.segment_size, 0
+        while start < len(batch):  # rows are in offset order: split them by segment
+            segment = batch[start][1] - batch[start][1] % size
+            stop = bisect.bisect_left(batch, segment + size, lo=start, key=_offset_of)
+            out.append((segment, b"".join([_row(k, off) for k, off in batch[start:stop]])))
+            start = stop
+        return out
+
     def written(self, batch: Batch) -> None:
         """Main thread: ``batch`` (from :meth:`take`) is durable."""
         self._in_flight = [b for b in self._in_flight if b is not batch]
@@ -113,11 +125,9 @@ class KeyIndex:
         """Offsets that may hold a record with ``key``, newest first (at most ``max_num``;
         hash collisions possible: the caller checks each record)."""
         pattern = key_hash(key).to_bytes(4, "big")
-        found: set[int] = set()
-        buffers = [bytes(b) for b in self._pending.values()]
-        buffers += [rows for batch in self._in_flight for _, rows in batch]
-        for data in buffers:
-            found.update(_matches(data, pattern))
+        found = {off for k, off in self._pending if k == key}
+        for batch in self._in_flight:
+            found.update(off for k, off in batch if k == key)
         for segment in reversed(self.segments()):
             if len(found) >= max_num:
                 break
@@ -130,8 +140,9 @@ class KeyIndex:
     def truncate_from(self, offset: int) -> None:
         """Forget rows of records at or past ``offset`` and any damaged tail (recovery)."""
         segment = offset - offset % self.segment_size
-        self._pending = {s: b for s, b in self._pending.items() if s < segment}
-        self._in_flight = []
+        self._pending = [(k, off) for k, off in self._pending if off < offset]
+        for batch in self._in_flight:  # in place: written() finds batches by identity
+            batch[:] = [(k, off) for k, off in batch if off < offset]
         with self._lock:
             for start in self.segments():
                 if start > segment:
@@ -149,6 +160,10 @@ class KeyIndex:
 
     def close(self) -> None:
         """Nothing is held open; buffered rows are re-indexed by recovery."""
+
+
+def _offset_of(row: tuple[str, int]) -> int:
+    return row[1]
 
 
 def _matches(data: bytes, pattern: bytes) -> list[int]:

@@ -59,7 +59,14 @@ from protocol.message import (
     decode_record,
 )
 from protocol.naming import is_valid_topic
-from protocol.properties import CRC32, KEYS, TAGS, UNIQ_KEY, java_string_hash, split_keys
+from protocol.properties import (
+    CRC32,
+    KEY_SEPARATOR,
+    KEYS,
+    TAGS,
+    UNIQ_KEY,
+    java_string_hash,
+)
 
 QueueKey = tuple[str, int]
 #: Unwritten commit-log bytes that make a put write out on its own (bounds memory, and
@@ -279,13 +286,18 @@ class MessageStore:
             self.stats.listener_errors += 1
 
     def _index_keys(self, topic: str, properties: Mapping[str, str], offset: int) -> None:
+        add = self.index.add
         uniq = properties.get(UNIQ_KEY)
         if uniq:
-            self.index.add(uniq, offset)
+            add(uniq, offset)
         keys = properties.get(KEYS)
         if keys:
-            for key in split_keys(keys):
-                self.index.add(key, offset)
+            if KEY_SEPARATOR in keys:
+                for key in keys.split(KEY_SEPARATOR):
+                    if key:
+                        add(key, offset)
+            else:
+                add(keys, offset)
 
     # ------------------------------------------------------------------ disk errors
     def _write_out_quietly(self) -> list[int]:
