@@ -10,7 +10,7 @@ extra property, which they ignore.
 
 Building a record is the put hot path, so it packs the fixed part with one precompiled
 struct per host-address family instead of going through ``protocol.message.MessageExt``
-(``tests/store/test_record.py`` proves the two layouts agree).
+(the store contract tests decode what it writes with ``protocol.message``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from protocol.errors import EncodeError
 from protocol.message import (
@@ -39,28 +39,13 @@ _FIXED = tuple(
     struct.Struct(f">iIiiiqqiq{born}sIq{store}sIiqi")
     for born, store in ((4, 4), (16, 4), (4, 16), (16, 16))
 )
+_FIXED_SIZES = tuple(f.size for f in _FIXED)
 _PREFIX = struct.Struct(">iI")
 _PHYS = struct.Struct(">q")
 _I16 = struct.Struct(">h")
 #: End-of-segment marker: total size (the rest of the segment) + BLANK magic.
 BLANK_SIZE = _PREFIX.size
 _INT32_MAX = 2**31 - 1
-
-
-def record_size(body_len: int, topic_prefix: bytes, props_len: int, family: int = 0) -> int:
-    """Size of a record with these parts (``props_len`` without the CRC tail).
-
-    Raises:
-        EncodeError: the properties or the whole record do not fit their length fields.
-    """
-    if props_len + CRC_TAIL_SIZE > MAX_PROPERTIES_SIZE:
-        raise EncodeError(
-            f"message properties of {props_len + CRC_TAIL_SIZE} bytes exceed {MAX_PROPERTIES_SIZE}"
-        )
-    total = _FIXED[family].size + body_len + len(topic_prefix) + 2 + props_len + CRC_TAIL_SIZE
-    if total > _INT32_MAX:
-        raise EncodeError(f"message record of {total} bytes is too large")
-    return total
 
 
 def encode_props(properties: Mapping[str, str]) -> bytes:
@@ -77,53 +62,73 @@ def encode_props(properties: Mapping[str, str]) -> bytes:
         raise EncodeError(f"message properties are not valid text: {exc}") from None
 
 
-def host_family(born_ip: bytes, store_ip: bytes) -> int:
-    """Index into the per-family structs: bit 0 born host IPv6, bit 1 store host IPv6."""
-    return (len(born_ip) == 16) | ((len(store_ip) == 16) << 1)
+class RecordParts(NamedTuple):
+    """Where :func:`build_parts` put a record in the log, and its size."""
+
+    offset: int
+    total: int
 
 
-def build_record(
-    topic_prefix: bytes,
-    magic: int,
-    queue_id: int,
-    body: bytes,
+class _Appendable(Protocol):
+    """What :func:`build_parts` needs of the commit log."""
+
+    end: int
+    segment_size: int
+
+    def reserve(self, size: int) -> int: ...
+
+    def append_parts(self, *parts: bytes) -> None: ...
+
+
+def build_parts(
+    topic: tuple[bytes, int],
     props: bytes,
-    flag: int,
-    queue_offset: int,
-    commit_log_offset: int,
-    sys_flag: int,
-    born_timestamp: int,
+    body: bytes,
     born_ip: bytes,
     born_port: int,
-    store_timestamp: int,
     store_ip: bytes,
     store_port: int,
+    queue_id: int,
+    flag: int,
+    queue_offset: int,
+    sys_flag: int,
+    born_timestamp: int,
+    store_timestamp: int,
     reconsume_times: int,
     prepared_transaction_offset: int,
-    total: int,
-) -> bytes:
-    """Encode one stored record of ``total`` bytes (:func:`record_size`), CRC tail included.
-
-    ``topic_prefix`` is the topic's length field followed by the topic (:func:`topic_prefix`);
-    ``magic`` goes with it. Arguments are positional: this runs once per put.
+    log: _Appendable,
+) -> RecordParts:
+    """Append one record to ``log`` (rolling its segment if needed) without building the
+    record as one bytes object first.
 
     Raises:
-        EncodeError: a field does not fit its wire type.
+        EncodeError: a field does not fit its wire type or the record fits no segment.
     """
+    prefix, magic = topic
     family = (len(born_ip) == 16) | ((len(store_ip) == 16) << 1)
+    props_len = len(props) + CRC_TAIL_SIZE
+    total = _FIXED_SIZES[family] + len(body) + len(prefix) + 2 + props_len
+    if props_len > MAX_PROPERTIES_SIZE:
+        raise EncodeError(f"message properties of {props_len} bytes exceed {MAX_PROPERTIES_SIZE}")
+    offset = log.end
+    if offset % log.segment_size + total + BLANK_SIZE > log.segment_size:
+        try:
+            offset = log.reserve(total)
+        except ValueError as exc:
+            raise EncodeError(str(exc)) from None
     try:
         head = _FIXED[family].pack(
-            total, magic, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
-            commit_log_offset, (sys_flag & ~_HOST_BITS) | (family << 4), born_timestamp,
-            born_ip, born_port, store_timestamp, store_ip, store_port, reconsume_times,
+            total, magic, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset, offset,
+            (sys_flag & ~_HOST_BITS) | (family << 4), born_timestamp, born_ip, born_port,
+            store_timestamp, store_ip, store_port, reconsume_times,
             prepared_transaction_offset, len(body),
         )  # fmt: skip
     except struct.error as exc:
         raise EncodeError(f"message field out of range: {exc}") from None
-    rest = topic_prefix + _I16.pack(len(props) + CRC_TAIL_SIZE) + props
-    # RocketMQ's checkSize: the CRC covers every byte before the 20-byte tail.
+    rest = prefix + _I16.pack(props_len) + props
     crc = zlib.crc32(rest, zlib.crc32(body, zlib.crc32(head))) & 0x7FFFFFFF
-    return b"".join((head, body, rest, _CRC_TAIL_PREFIX, b"%010d\x02" % crc))
+    log.append_parts(head, body, rest, _CRC_TAIL_PREFIX, b"%010d\x02" % crc)
+    return RecordParts(offset, total)
 
 
 def topic_prefix(topic: str) -> tuple[bytes, int]:
