@@ -307,6 +307,16 @@ class CommitLog:
             self.min_offset = self._starts[0] if self._starts else self.end
         return doomed
 
+    def expired_before(self, cutoff_s: float) -> int:
+        """End of the oldest run of segments last modified before ``cutoff_s``: what
+        retention may delete (:meth:`delete_segments_before` still spares the active one)."""
+        upto = self.min_offset
+        for start in self._starts:
+            if self.segment_mtime(start) >= cutoff_s:
+                break
+            upto = start + self.segment_size
+        return upto
+
     def segment_mtime(self, start: int) -> float:
         """Last modification time of a segment file (retention's age test)."""
         return (self.directory / segment_name(start)).stat().st_mtime

@@ -492,12 +492,7 @@ class MessageStore:
         Returns the number of segments deleted."""
         if not scheduled and self.disk_used_ratio() < self.config.disk_max_used_ratio:
             return 0
-        cutoff = now_s - self.config.retention_hours * 3600
-        upto = self.log.min_offset
-        for start in self.log.segment_starts:
-            if self.log.segment_mtime(start) >= cutoff:
-                break
-            upto = start + self.config.segment_size
+        upto = self.log.expired_before(now_s - self.config.retention_hours * 3600)
         deleted = self.log.delete_segments_before(upto)
         if deleted:
             for cq in self._queues.values():
