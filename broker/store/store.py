@@ -132,6 +132,8 @@ class MessageStore:
         try:
             store._recover()
         except BaseException:
+            for cq in store._queues.values():
+                cq.close()
             store._release()
             raise
         store._abort.create()
