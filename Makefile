@@ -37,7 +37,8 @@ run: $(STAMP)
 	$(BIN)/python -m broker --data-dir ./data
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_protocol.py
+	$(BIN)/python -m benchmarks.bench_protocol
+	$(BIN)/python -m benchmarks.bench_store
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -14,7 +14,7 @@ The peer figure is ``../shared/peer-bench/physical_limits.py --workloads msgpack
 same session (a msgpack pack+unpack of a small message-like dict): the ratio says how close
 the protocol layer comes to the cheapest possible Python serialization on this machine.
 
-Usage: python benchmarks/bench_protocol.py [--runs 5] [--n 100000] [--no-peer] [--out FILE]
+Usage: python -m benchmarks.bench_protocol [--runs 5] [--n 100000] [--no-peer] [--out FILE]
 """
 
 from __future__ import annotations
@@ -23,13 +23,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
+from benchmarks.peer import physical_limits
 from protocol.codes import RequestCode, SerializeType
 from protocol.command import RemotingCommand, request
 from protocol.frame import FrameDecoder, encode_command
@@ -37,8 +35,6 @@ from protocol.headers import SendMessageRequestHeader, send_header_from_v2_ext
 from protocol.message import MessageExt, decode_record, encode_record
 from protocol.properties import decode_properties
 
-ROOT = Path(__file__).resolve().parent.parent
-PEER_BENCH = ROOT.parent / "shared" / "peer-bench"
 CHUNK = 65536
 BODY = b"x" * 128
 EXT_V2 = {
@@ -145,30 +141,7 @@ WORKLOADS: dict[str, Callable[[], Callable[[int], int]]] = {
 
 def peer_msgpack(runs: int) -> list[float]:
     """Run the peer-bench msgpack workload now and return its ops/s per run."""
-    script = PEER_BENCH / "physical_limits.py"
-    if not script.exists():
-        return []
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "machine.jsonl"
-        subprocess.run(
-            [
-                sys.executable,
-                str(script),
-                "--workloads",
-                "msgpack",
-                "--runs",
-                str(runs),
-                "--quiet-wait",
-                "0",
-                "--out",
-                str(out),
-            ],
-            cwd=PEER_BENCH,
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-        rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = physical_limits("msgpack", runs=runs, timeout=600)
     return [r["ops_per_s"] for r in rows if r["workload"] == "msgpack_roundtrip"]
 
 

@@ -33,7 +33,7 @@ with less free space than that.
 
 Nothing is bound to the network; every loop is bounded by a count and a time limit.
 
-Usage: python benchmarks/bench_store.py [--runs 5] [--sizes 128,1024] [--n 300000,200000]
+Usage: python -m benchmarks.bench_store [--runs 5] [--sizes 128,1024] [--n 300000,200000]
        [--big-mb 1024] [--quick] [--profile] [--no-peer] [--no-drop-caches] [--out FILE]
 """
 
@@ -48,7 +48,6 @@ import os
 import pstats
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,6 +58,7 @@ from typing import Any
 
 import trio
 
+from benchmarks.peer import physical_limits
 from broker.storage import Storage, serve_storage
 from broker.store.api import FlushMode, MessageToStore
 from broker.store.config import StoreConfig
@@ -66,7 +66,6 @@ from broker.store.store import MessageStore, remove_store
 from protocol.properties import KEYS, TAGS, UNIQ_KEY, encode_properties
 
 ROOT = Path(__file__).resolve().parent.parent
-PEER_BENCH = ROOT.parent / "shared" / "peer-bench"
 MIB = 1024 * 1024
 TOPIC = "BenchTopic"
 POOL = 4096  # distinct messages cycled through (a power of two: index with a mask)
@@ -258,32 +257,7 @@ def print_profile(profiler: cProfile.Profile, run: AsyncRun, top: int = 15) -> N
 # ------------------------------------------------------------------ peer
 def peer_append(append_mb: int) -> dict[str, Row]:
     """Run the peer-bench ``append`` workload once now; its rows by workload name."""
-    script = PEER_BENCH / "physical_limits.py"
-    if not script.exists():
-        return {}
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "machine.jsonl"
-        subprocess.run(
-            [
-                sys.executable,
-                str(script),
-                "--workloads",
-                "append",
-                "--runs",
-                "1",
-                "--quiet-wait",
-                "0",
-                "--out",
-                str(out),
-                "--append-mb",
-                str(append_mb),
-            ],
-            cwd=PEER_BENCH,
-            check=True,
-            capture_output=True,
-            timeout=900,
-        )
-        rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = physical_limits("append", "--append-mb", str(append_mb))
     return {str(r["workload"]): r for r in rows}
 
 

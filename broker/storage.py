@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import trio
 
 from broker.store.api import FlushMode, MessageToStore, PutResult, PutStatus
 from broker.store.store import MessageStore
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -60,16 +64,24 @@ class Storage:
     async def flush_once(self) -> None:
         """One group commit: everything appended so far becomes durable."""
         store = self.store
+        if await self._in_thread(store.flush_begin, store.flush_sync, store.flush_end):
+            self.fsyncs += 1
+
+    async def _in_thread(
+        self, begin: Callable[[], T], sync: Callable[[T], None], end: Callable[[T], object]
+    ) -> bool:
+        """Run a store ``*_begin/_sync/_end`` triple, the blocking ``_sync`` in a worker
+        thread; then wake the puts it made durable, or fail them all on a disk error."""
         try:
-            ticket = store.flush_begin()
-            await trio.to_thread.run_sync(store.flush_sync, ticket)
+            ticket = begin()
+            await trio.to_thread.run_sync(sync, ticket)
         except OSError as exc:
-            store.note_disk_error(exc)
+            self.store.note_disk_error(exc)
             self._release(ok=False)
-            return
-        self.fsyncs += 1
-        store.flush_end(ticket)
+            return False
+        end(ticket)
         self._release(ok=True)
+        return True
 
     def _release(self, *, ok: bool) -> None:
         durable = self.store.durable_offset
@@ -95,14 +107,7 @@ class Storage:
     async def checkpoint_once(self) -> None:
         """Advance the recovery checkpoint (fsyncs in a worker thread)."""
         store = self.store
-        try:
-            ticket = store.checkpoint_begin()
-            await trio.to_thread.run_sync(store.checkpoint_sync, ticket)
-        except OSError as exc:
-            store.note_disk_error(exc)
-            return
-        store.checkpoint_end(ticket)
-        self._release(ok=True)
+        await self._in_thread(store.checkpoint_begin, store.checkpoint_sync, store.checkpoint_end)
 
     def retention_once(self, now: float) -> int:
         """Delete expired segments if the disk is full past the ratio, or if this is the
