@@ -1,43 +1,45 @@
-"""``python -m broker`` / ``trimq-broker``: the broker daemon's command line (DESIGN.md §10).
+"""``python -m broker`` / ``trimq-broker``: the broker daemon (DESIGN.md §10 command line).
 
-The command line is a contract, so it is parsed in full already; the server itself lands
-with the broker issue. Until then this says so plainly and exits with status 2.
+Settings come from defaults < ``--config`` TOML < ``TRIMQ_<SETTING>`` environment < flags.
+SIGTERM and SIGINT stop it gracefully (parked polls answered, store flushed and closed) and
+it exits 0.
 """
 
 from __future__ import annotations
 
-import argparse
+import signal
 import sys
 from collections.abc import Sequence
 
+import trio
 
-def build_parser() -> argparse.ArgumentParser:
-    """The broker's flags, exactly as DESIGN.md §10 lists them."""
-    p = argparse.ArgumentParser(prog="trimq-broker", description="trimq broker daemon")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--port", type=int, default=10911, help="port (0 = any free port)")
-    p.add_argument("--data-dir", default="./data", help="commit log, queues, offsets")
-    p.add_argument("--broker-name", default="broker-a")
-    p.add_argument("--cluster", default="DefaultCluster")
-    p.add_argument("--advertise", default=None, help="HOST:PORT put into routes")
-    p.add_argument("--namesrv-addr", default=None, help='"h1:9876;h2:9876"')
-    p.add_argument("--wake-mode", choices=("targeted", "topic", "none"), default="targeted")
-    p.add_argument("--retry-naming", choices=("v2", "v1"), default="v2")
-    p.add_argument("--flush", choices=("async", "sync"), default="async")
-    p.add_argument("--metrics-dir", default=None)
-    p.add_argument("--config", default=None, help="broker.toml")
-    return p
+from broker.app import BrokerHandle, serve_broker
+from broker.config import BrokerConfig, ConfigError, build_parser, load
+from broker.logs import configure
+
+__all__ = ["build_parser", "main"]
+
+
+async def run(config: BrokerConfig) -> None:
+    """Serve until SIGTERM/SIGINT, then stop gracefully."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            handle: BrokerHandle = await nursery.start(serve_broker, config)
+            async for _ in signals:
+                await handle.stop()
+                break
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the command line; the server is not built yet, so report that and exit 2."""
-    build_parser().parse_args(argv)
-    print(
-        "trimq-broker: the broker server is not implemented yet (it lands with the broker "
-        "issue); only the protocol package exists so far.",
-        file=sys.stderr,
-    )
-    return 2
+    """Entry point of ``trimq-broker``."""
+    try:
+        config = load(argv)
+    except ConfigError as exc:
+        print(f"trimq-broker: {exc}", file=sys.stderr)
+        return 2
+    configure()
+    trio.run(run, config)
+    return 0
 
 
 if __name__ == "__main__":

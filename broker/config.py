@@ -1,0 +1,184 @@
+"""Broker settings: defaults < TOML file < environment (``TRIMQ_<SETTING>``) < flags.
+
+The command line is DESIGN.md §10's contract; every flag is also a TOML key and an
+environment variable (``--data-dir`` = ``data_dir`` = ``TRIMQ_DATA_DIR``). Names and defaults
+follow RocketMQ where it has one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from broker.store.api import FlushMode
+from broker.store.config import StoreConfig
+
+WAKE_MODES = ("targeted", "topic", "none")
+RETRY_NAMINGS = ("v2", "v1")
+
+
+class ConfigError(ValueError):
+    """A setting has an unusable value; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Everything a broker process needs (see the module docstring for the sources)."""
+
+    host: str = "127.0.0.1"
+    port: int = 10911
+    data_dir: Path = Path("./data")
+    broker_name: str = "broker-a"
+    cluster: str = "DefaultCluster"
+    advertise: str | None = None
+    namesrv_addr: str | None = None
+    wake_mode: str = "targeted"
+    retry_naming: str = "v2"
+    flush: str = "async"
+    metrics_dir: Path | None = None
+    #: Queues of a topic created on first send or by default (RocketMQ: defaultTopicQueueNums).
+    default_queue_nums: int = 4
+    auto_create_topic: bool = True
+    max_connections: int = 4096
+    max_frame_size: int = 16 * 1024 * 1024
+    max_message_size: int = 4 * 1024 * 1024
+    #: Longest a pull may be held (RocketMQ brokerSuspendMaxTimeMillis).
+    suspend_max_ms: int = 15_000
+    max_reconsume_times: int = 16
+    segment_size: int = 1024 * 1024 * 1024
+    flush_interval_s: float = 0.5
+    checkpoint_interval_s: float = 1.0
+    #: Replies queued per connection before handlers wait for the socket (back-pressure).
+    write_queue: int = 256
+
+    def __post_init__(self) -> None:
+        if self.wake_mode not in WAKE_MODES:
+            raise ConfigError(f"wake_mode must be one of {WAKE_MODES}, not {self.wake_mode!r}")
+        if self.retry_naming not in RETRY_NAMINGS:
+            raise ConfigError(f"retry_naming must be v2 or v1, not {self.retry_naming!r}")
+        if self.flush not in ("async", "sync"):
+            raise ConfigError(f"flush must be async or sync, not {self.flush!r}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"port {self.port} is outside 0..65535")
+
+    def store_config(self, bound_port: int) -> StoreConfig:
+        """The storage engine's settings (the store host is the advertised address)."""
+        host, port = self.advertised(bound_port).rsplit(":", 1)
+        return StoreConfig(
+            data_dir=self.data_dir,
+            segment_size=self.segment_size,
+            flush_mode=FlushMode(self.flush),
+            flush_interval_s=self.flush_interval_s,
+            checkpoint_interval_s=self.checkpoint_interval_s,
+            max_message_size=self.max_message_size,
+            store_host=(host if _is_ip(host) else "127.0.0.1", int(port)),
+        )
+
+    def advertised(self, bound_port: int) -> str:
+        """``HOST:PORT`` put into routes."""
+        if self.advertise:
+            return self.advertise
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"{host}:{bound_port}"
+
+
+def _is_ip(host: str) -> bool:
+    parts = host.split(".")
+    return len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)
+
+
+def _convert(name: str, kind: Any, raw: object) -> object:
+    if raw is None:
+        return None
+    text = str(raw)
+    try:
+        if kind in (int, "int"):
+            return int(text)
+        if kind in (float, "float"):
+            return float(text)
+        if kind in (bool, "bool"):
+            if isinstance(raw, bool):
+                return raw
+            if text.lower() in ("1", "true", "yes", "on"):
+                return True
+            if text.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        if kind in (Path, "Path", "Path | None"):
+            return Path(text)
+    except ValueError:
+        raise ConfigError(f"setting {name!r}: {text!r} is not a valid {kind}") from None
+    return text
+
+
+def _kinds() -> dict[str, Any]:
+    return {f.name: f.type for f in fields(BrokerConfig)}
+
+
+def from_sources(
+    *,
+    toml_path: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, object] | None = None,
+) -> BrokerConfig:
+    """Merge defaults < TOML < environment < flags (flags set to None are absent)."""
+    kinds = _kinds()
+    values: dict[str, object] = {}
+    if toml_path is not None:
+        try:
+            table = tomllib.loads(toml_path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config file {toml_path}: {exc}") from None
+        for key, raw in table.items():
+            name = key.replace("-", "_")
+            if name not in kinds:
+                raise ConfigError(f"config file {toml_path}: unknown setting {key!r}")
+            values[name] = raw
+    for name in kinds:
+        raw = (env or {}).get(f"TRIMQ_{name.upper()}")
+        if raw is not None:
+            values[name] = raw
+    for name, raw in (flags or {}).items():
+        if raw is not None and name in kinds:
+            values[name] = raw
+    converted = {n: _convert(n, str(kinds[n]).replace("'", ""), v) for n, v in values.items()}
+    try:
+        return dataclasses.replace(BrokerConfig(), **converted)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The broker's flags, exactly as DESIGN.md §10 lists them (all default to None so that
+    lower-priority sources show through)."""
+    p = argparse.ArgumentParser(prog="trimq-broker", description="trimq broker daemon")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port, 0 = any free port (default 10911)")
+    p.add_argument("--data-dir", help="commit log, queues, offsets (default ./data)")
+    p.add_argument("--broker-name")
+    p.add_argument("--cluster")
+    p.add_argument("--advertise", help="HOST:PORT put into routes")
+    p.add_argument("--namesrv-addr", help='"h1:9876;h2:9876"')
+    p.add_argument("--wake-mode", choices=WAKE_MODES)
+    p.add_argument("--retry-naming", choices=RETRY_NAMINGS)
+    p.add_argument("--flush", choices=("async", "sync"))
+    p.add_argument("--metrics-dir")
+    p.add_argument("--config", help="broker.toml with the same settings")
+    return p
+
+
+def load(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> BrokerConfig:
+    """Parse the command line and merge every source."""
+    args = vars(build_parser().parse_args(argv))
+    toml = args.pop("config")
+    return from_sources(
+        toml_path=Path(toml) if toml else None,
+        env=os.environ if env is None else env,
+        flags=args,
+    )

@@ -1,0 +1,31 @@
+"""What every processor can reach: configuration, store, topics, clients, long polling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import trio
+
+from broker.config import BrokerConfig
+from broker.consumers import ConsumerManager
+from broker.longpoll import PullHub
+from broker.storage import Storage
+from broker.store.store import MessageStore
+from broker.topics import TopicManager
+
+
+@dataclass
+class BrokerContext:
+    """Shared broker state, owned by :func:`broker.app.serve_broker`."""
+
+    config: BrokerConfig
+    store: MessageStore
+    storage: Storage
+    topics: TopicManager
+    consumers: ConsumerManager
+    pull_hub: PullHub
+    #: ``host:port`` this broker puts into routes.
+    address: str
+    shutting_down: trio.Event = field(default_factory=trio.Event)
+    connections: int = 0
+    in_flight: int = 0

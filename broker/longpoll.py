@@ -1,0 +1,84 @@
+"""Classic long polling (RocketMQ's ``PullRequestHoldService``), without periodic scans.
+
+A pull that finds nothing parks here under its (topic, queue id) with its own deadline (a
+cancel scope at the call site, so timeouts are exact). The store calls :meth:`arriving` when
+it dispatches a message; every parked pull of that queue whose tag filter matches is woken
+at once and re-reads. RocketMQ instead checks held pulls every 5 s (a 15 s pull may be held
+20 s) and stops at the first waiter whose filter does not match.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import trio
+
+QueueKey = tuple[str, int]
+
+
+@dataclass(eq=False)
+class PullWaiter:
+    """One parked pull."""
+
+    tags_codes: frozenset[int] | None
+    event: trio.Event = field(default_factory=trio.Event)
+
+
+class PullHub:
+    """Parked pulls by queue; the store's :class:`~broker.store.api.ArrivalListener`."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[QueueKey, list[PullWaiter]] = {}
+        self.wakeups = 0
+        self.parked = 0
+
+    async def wait(
+        self, topic: str, queue_id: int, tags_codes: frozenset[int] | None, deadline: float
+    ) -> bool:
+        """Park until a matching message arrives on the queue (True) or ``deadline`` passes
+        (False), in ``trio.current_time()`` seconds."""
+        key = (topic, queue_id)
+        waiter = PullWaiter(tags_codes)
+        waiters = self._waiters.setdefault(key, [])
+        waiters.append(waiter)
+        self.parked += 1
+        try:
+            with trio.move_on_at(deadline):
+                await waiter.event.wait()
+        finally:
+            self.parked -= 1
+            if not waiter.event.is_set():
+                waiters.remove(waiter)
+            if not waiters and self._waiters.get(key) is waiters:
+                del self._waiters[key]
+        return waiter.event.is_set()
+
+    def arriving(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        tags_code: int,
+        store_timestamp: int,
+        properties: Mapping[str, str],
+    ) -> None:
+        """A message entered ``(topic, queue_id)``: wake every parked pull it matches."""
+        waiters = self._waiters.get((topic, queue_id))
+        if not waiters:
+            return
+        keep = []
+        for waiter in waiters:
+            if waiter.tags_codes is None or tags_code in waiter.tags_codes:
+                waiter.event.set()
+                self.wakeups += 1
+            else:
+                keep.append(waiter)
+        waiters[:] = keep
+
+    def wake_all(self) -> None:
+        """Shutdown: answer every parked pull now."""
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                waiter.event.set()
+            waiters.clear()

@@ -1,0 +1,117 @@
+"""The TCP side: accept connections, decode frames, run requests, write replies.
+
+One nursery per connection owns its writer task and one task per request (see
+``broker.connection``). Malformed input never crashes anything: a bad header in a
+well-delimited frame or an oversize frame whose header could be read is answered with an
+error on its opaque and the connection stays open; broken framing closes the connection, as
+RocketMQ's Netty decoder does.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from broker.connection import Connection, run_writer
+from broker.context import BrokerContext
+from broker.dispatch import dispatch
+from broker.logs import get_logger
+from protocol.codes import SerializeType
+from protocol.command import FLAG_RESPONSE, RemotingCommand
+from protocol.errors import FrameTooLargeError, HeaderError, ProtocolError
+from protocol.frame import FrameDecoder
+
+_log = get_logger("server")
+RECEIVE_SIZE = 65536
+
+
+async def handle_connection(ctx: BrokerContext, stream: trio.SocketStream) -> None:
+    """Serve one client connection until it closes or the broker stops."""
+    if ctx.connections >= ctx.config.max_connections:
+        _log.warning("connection refused: limit reached", limit=ctx.config.max_connections)
+        await stream.aclose()
+        return
+    ctx.connections += 1
+    peer = _peer(stream)
+    send, receive = trio.open_memory_channel[RemotingCommand](ctx.config.write_queue)
+    conn = Connection(peer, send)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_writer, stream, receive, ctx.config.max_frame_size)
+            try:
+                await _read_requests(ctx, conn, stream, nursery)
+            finally:
+                nursery.cancel_scope.cancel()
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass  # the peer went away while we were writing
+    finally:
+        conn.closed = True
+        ctx.connections -= 1
+        ctx.consumers.connection_closed(conn)
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+
+
+async def _read_requests(
+    ctx: BrokerContext, conn: Connection, stream: trio.SocketStream, nursery: trio.Nursery
+) -> None:
+    decoder = FrameDecoder(ctx.config.max_frame_size)
+    while True:
+        try:
+            data = await stream.receive_some(RECEIVE_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        decoder.feed(data)
+        if not _start_requests(ctx, conn, decoder, nursery) or not data:
+            return
+
+
+def _start_requests(
+    ctx: BrokerContext, conn: Connection, decoder: FrameDecoder, nursery: trio.Nursery
+) -> bool:
+    """Start a task for every complete request; False when the connection must close."""
+    while True:
+        try:
+            cmd = decoder.next_command()
+        except ProtocolError as exc:
+            if exc.fatal:
+                _log.info("closing connection on bad framing", peer=conn.peer, error=str(exc))
+                return False
+            _answer_malformed(conn, exc)
+            continue
+        if cmd is None:
+            return True
+        if cmd.is_response:
+            continue  # answers to our oneway notifications: nothing to do
+        nursery.start_soon(_run_request, ctx, conn, cmd)
+
+
+async def _run_request(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand) -> None:
+    ctx.in_flight += 1
+    try:
+        reply = await dispatch(ctx, conn, cmd)
+    finally:
+        ctx.in_flight -= 1
+    if reply is not None:
+        await conn.send(reply)
+
+
+def _answer_malformed(conn: Connection, exc: ProtocolError) -> None:
+    opaque = getattr(exc, "opaque", None)
+    stype = getattr(exc, "serialize_type", None)
+    if isinstance(exc, (HeaderError, FrameTooLargeError)) and opaque is not None:
+        reply = RemotingCommand(
+            code=exc.code,
+            opaque=opaque,
+            flag=FLAG_RESPONSE,
+            remark=str(exc)[:512],
+            serialize_type=SerializeType(stype) if stype in (0, 1, 0x4D) else SerializeType.JSON,
+        )
+        conn.notify_nowait(reply)
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"
