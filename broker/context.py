@@ -8,6 +8,7 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.consumers import ConsumerManager
+from broker.locks import RebalanceLocks
 from broker.longpoll import PullHub
 from broker.storage import Storage
 from broker.store.store import MessageStore
@@ -27,5 +28,6 @@ class BrokerContext:
     #: ``host:port`` this broker puts into routes.
     address: str
     shutting_down: trio.Event = field(default_factory=trio.Event)
+    rebalance_locks: RebalanceLocks = field(default_factory=RebalanceLocks)
     connections: int = 0
     in_flight: int = 0

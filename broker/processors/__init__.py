@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from broker.processors import client, route, send
+from broker.processors import admin, client, lock, route, send
 
-__all__ = ["client", "route", "send"]
+__all__ = ["admin", "client", "lock", "route", "send"]

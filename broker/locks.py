@@ -1,0 +1,51 @@
+"""Queue locks of orderly consumers (RocketMQ's ``RebalanceLockManager``).
+
+A (group, queue) is locked by one client id; the lock lives 60 s unless renewed (orderly
+consumers renew every 20 s); a client locking what it already holds renews it; a lock held by
+another client past its expiry can be taken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from protocol.bodies.consumer import MessageQueue
+
+#: ``rocketmq.broker.rebalance.lockMaxLiveTime``
+LOCK_MAX_LIVE_S = 60.0
+
+
+@dataclass
+class _Lock:
+    client_id: str
+    expires: float
+
+
+@dataclass
+class RebalanceLocks:
+    """(group, queue) → holder, with expiry in ``trio.current_time()`` seconds."""
+
+    locks: dict[tuple[str, MessageQueue], _Lock] = field(default_factory=dict)
+
+    def try_lock(
+        self, group: str, client_id: str, mqs: tuple[MessageQueue, ...], now: float
+    ) -> list[MessageQueue]:
+        """Lock (or renew) every queue that is free, expired or already ours."""
+        granted = []
+        for mq in mqs:
+            held = self.locks.get((group, mq))
+            if held is None or held.client_id == client_id or held.expires <= now:
+                self.locks[(group, mq)] = _Lock(client_id, now + LOCK_MAX_LIVE_S)
+                granted.append(mq)
+        return granted
+
+    def unlock(self, group: str, client_id: str, mqs: tuple[MessageQueue, ...]) -> None:
+        """Release the queues ``client_id`` holds."""
+        for mq in mqs:
+            held = self.locks.get((group, mq))
+            if held is not None and held.client_id == client_id:
+                del self.locks[(group, mq)]
+
+    def is_locked(self, group: str, now: float) -> bool:
+        """Whether ``group`` holds any live lock (orderly consumption in progress)."""
+        return any(g == group and lock.expires > now for (g, _), lock in self.locks.items())
