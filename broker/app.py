@@ -46,7 +46,7 @@ class BrokerHandle:
         self.ctx.shutting_down.set()
         self.ctx.pull_hub.wake_all()
         for _ in range(int(DRAIN_SECONDS / 0.01)):  # bounded: at most DRAIN_SECONDS
-            if not self.ctx.in_flight:
+            if self.ctx.drained():
                 break
             await trio.sleep(0.01)
         self._cancel.cancel()

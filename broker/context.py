@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import trio
 
 from broker.config import BrokerConfig
+from broker.connection import Connection
 from broker.consumers import ConsumerManager
 from broker.locks import RebalanceLocks
 from broker.longpoll import PullHub
@@ -29,5 +30,12 @@ class BrokerContext:
     address: str
     shutting_down: trio.Event = field(default_factory=trio.Event)
     rebalance_locks: RebalanceLocks = field(default_factory=RebalanceLocks)
+    open_connections: set[Connection] = field(default_factory=set)
     connections: int = 0
     in_flight: int = 0
+
+    def drained(self) -> bool:
+        """No request is running and every reply has been handed to its socket."""
+        return self.in_flight == 0 and all(
+            c.send_channel.statistics().current_buffer_used == 0 for c in self.open_connections
+        )

@@ -34,6 +34,7 @@ async def handle_connection(ctx: BrokerContext, stream: trio.SocketStream) -> No
     peer = _peer(stream)
     send, receive = trio.open_memory_channel[RemotingCommand](ctx.config.write_queue)
     conn = Connection(peer, send)
+    ctx.open_connections.add(conn)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run_writer, stream, receive, ctx.config.max_frame_size)
@@ -45,6 +46,7 @@ async def handle_connection(ctx: BrokerContext, stream: trio.SocketStream) -> No
         pass  # the peer went away while we were writing
     finally:
         conn.closed = True
+        ctx.open_connections.discard(conn)
         ctx.connections -= 1
         ctx.consumers.connection_closed(conn)
         with trio.CancelScope(shield=True):
@@ -89,10 +91,12 @@ async def _run_request(ctx: BrokerContext, conn: Connection, cmd: RemotingComman
     ctx.in_flight += 1
     try:
         reply = await dispatch(ctx, conn, cmd)
+        if reply is not None:
+            await conn.send(reply)
     finally:
+        # Only once the reply is queued: a graceful stop waits for in_flight == 0 and then
+        # for the writers to drain their queues.
         ctx.in_flight -= 1
-    if reply is not None:
-        await conn.send(reply)
 
 
 def _answer_malformed(conn: Connection, exc: ProtocolError) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -49,17 +49,41 @@ class Storage:
         may still be delivered: at-least-once, as with a producer retry).
         """
         result = self.store.put_nowait(msg)
-        if not result.ok or self.store.config.flush_mode is FlushMode.ASYNC:
+        if not result.ok or await self._durable(result.end_offset):
             return result
-        if self.store.durable_offset >= result.end_offset:
-            return result
-        waiter = _Waiter(result.end_offset)
+        return PutResult(PutStatus.DISK_ERROR, remark=self.store.stats.last_disk_error)
+
+    async def put_many(self, msgs: Sequence[MessageToStore]) -> list[PutResult]:
+        """Store messages back to back, as one unit (a batch send): nothing else is appended
+        between them, so messages of one queue get consecutive queue offsets. Stops at the
+        first refused message; in SYNC mode returns once the last one is durable (one wait,
+        not one per message).
+
+        Returns one result per stored message, plus a final failed one (the refusal, or
+        ``DISK_ERROR`` when the fsync failed) unless every message was stored durably.
+        """
+        results: list[PutResult] = []
+        for msg in msgs:  # no await in this loop: that is what keeps the batch together
+            result = self.store.put_nowait(msg)
+            results.append(result)
+            if not result.ok:
+                return results
+        if results and not await self._durable(results[-1].end_offset):
+            results.append(PutResult(PutStatus.DISK_ERROR, remark=self.store.stats.last_disk_error))
+        return results
+
+    async def _durable(self, end_offset: int) -> bool:
+        """Wait until the log is durable up to ``end_offset`` (at once in ASYNC mode); False
+        when the fsync failed."""
+        if self.store.config.flush_mode is FlushMode.ASYNC:
+            return True
+        if self.store.durable_offset >= end_offset:
+            return True
+        waiter = _Waiter(end_offset)
         self._waiters.append(waiter)
         self._wake.set()
         await waiter.event.wait()
-        if waiter.ok:
-            return result
-        return PutResult(PutStatus.DISK_ERROR, remark=self.store.stats.last_disk_error)
+        return waiter.ok
 
     async def flush_once(self) -> None:
         """One group commit: everything appended so far becomes durable."""

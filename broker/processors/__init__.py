@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from broker.processors import admin, client, lock, route, send
+from broker.processors import admin, client, lock, offsets, pull, query, route, send
 
-__all__ = ["admin", "client", "lock", "route", "send"]
+__all__ = ["admin", "client", "lock", "offsets", "pull", "query", "route", "send"]

@@ -166,20 +166,26 @@ async def send_batch(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand)
     entries = decode_batch(cmd.body)
     if not entries:
         raise _fail(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
-    results: list[PutResult] = []
-    uniq: list[str] = []
+    # Every check before the first append, and the batch appended as one unit: a refused
+    # batch stores nothing, and its messages get consecutive queue offsets.
+    limit = ctx.config.max_message_size
     born = _born_host(conn)
+    messages: list[MessageToStore] = []
     for entry in entries:
         _check_delay(entry.properties)
-        msg = MessageToStore(
+        if len(entry.body) > limit:
+            raise _fail(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"batch message {len(messages)}: body of {len(entry.body)} bytes exceeds {limit}",
+            )
+        messages.append(MessageToStore(
             header.topic, queue_id, entry.body, entry.properties, entry.flag, header.sys_flag,
             header.born_timestamp, born, 0, 0, encode_properties(entry.properties),
-        )  # fmt: skip
-        result = await ctx.storage.put(msg)
-        if not result.ok:
-            return _reply(cmd, result, queue_id)
-        results.append(result)
-        uniq.append(entry.properties.get(UNIQ_KEY, ""))
+        ))  # fmt: skip
+    results = await ctx.storage.put_many(messages)
+    if not results[-1].ok:
+        return _reply(cmd, results[-1], queue_id)
+    uniq = [entry.properties.get(UNIQ_KEY, "") for entry in entries]
     first = results[0]
     return _reply(
         cmd,

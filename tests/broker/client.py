@@ -1,0 +1,191 @@
+"""A small Remoting client for broker tests over real TCP, and a helper to run a broker.
+
+:func:`open_client` connects to a broker on loopback and reads frames in a background task:
+responses are matched to requests by ``opaque``, broker-initiated requests (such as
+``NOTIFY_CONSUMER_IDS_CHANGED``) are collected in :attr:`BrokerClient.notifications`, and
+:attr:`BrokerClient.closed` is set when the broker closes the connection. Raw bytes can be
+sent too, for malformed-input tests. Every wait is bounded (``reply_timeout``, or a
+``timeout`` for one call), so a missing reply fails the test instead of hanging it.
+
+:func:`open_broker` runs ``serve_broker`` in-process with small commit-log segments (the
+default 1 GiB segment is preallocated per broker, which fills disks quickly in a test run)
+and stops it gracefully on exit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from broker.app import BrokerHandle, serve_broker
+from broker.config import BrokerConfig
+from protocol.command import RemotingCommand, request
+from protocol.errors import ProtocolError
+from protocol.frame import FrameDecoder, encode_command
+
+#: How long a reply is awaited by default (see ``BrokerClient.reply_timeout``).
+REPLY_TIMEOUT = 5.0
+
+
+class ConnectionClosedError(Exception):
+    """The broker closed the connection before the awaited reply arrived."""
+
+
+class BrokerClient:
+    """One connection to a broker (see the module docstring)."""
+
+    def __init__(self, stream: trio.SocketStream, max_frame_size: int = 64 * 1024 * 1024) -> None:
+        self.stream = stream
+        self.decoder = FrameDecoder(max_frame_size)
+        #: Requests the broker sent to us (oneway notifications), in arrival order.
+        self.notifications: list[RemotingCommand] = []
+        #: Set when the broker closed the connection (EOF or reset).
+        self.closed = trio.Event()
+        #: A decoding error on the broker's bytes (a broker bug), if any.
+        self.error: ProtocolError | None = None
+        self._replies: dict[int, RemotingCommand] = {}
+        self._changed = trio.Event()
+        self._opaques = itertools.count(1_000)
+        self._send_lock = trio.Lock()
+        #: How long a reply, notification or close is awaited before the test fails.
+        self.reply_timeout = REPLY_TIMEOUT
+
+    # ------------------------------------------------------------------ sending
+    def next_opaque(self) -> int:
+        """A fresh opaque for a request on this connection."""
+        return next(self._opaques)
+
+    async def send_raw(self, data: bytes) -> None:
+        """Write bytes as they are (for malformed-input tests)."""
+        async with self._send_lock:
+            await self.stream.send_all(data)
+
+    async def send(self, cmd: RemotingCommand) -> None:
+        """Encode and write ``cmd`` without waiting for a reply."""
+        await self.send_raw(encode_command(cmd))
+
+    async def request(
+        self,
+        cmd: RemotingCommand,
+        *,
+        opaque: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (a per-call bound, see module doc)
+    ) -> RemotingCommand:
+        """Send ``cmd`` and wait for its reply. The opaque is a fresh one unless ``opaque``
+        is given (``cmd.opaque`` is ignored)."""
+        if opaque is None:
+            opaque = self.next_opaque()
+        await self.send(dataclasses.replace(cmd, opaque=opaque))
+        return await self.reply(opaque, timeout=timeout)
+
+    async def call(
+        self,
+        code: int,
+        ext_fields: Mapping[str, str] | None = None,
+        body: bytes = b"",
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        **kwargs: Any,
+    ) -> RemotingCommand:
+        """Build a JSON request (see :func:`protocol.command.request`) and send it."""
+        cmd = request(code, 0, ext_fields, body, **kwargs)
+        return await self.request(cmd, timeout=timeout)
+
+    # ------------------------------------------------------------------ receiving
+    async def reply(
+        self,
+        opaque: int,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> RemotingCommand:
+        """Wait for the response with ``opaque`` (and take it)."""
+        with trio.fail_after(self.reply_timeout if timeout is None else timeout):
+            while opaque not in self._replies:
+                if self.closed.is_set():
+                    raise ConnectionClosedError(f"connection closed before reply {opaque}")
+                await self._changed.wait()
+        return self._replies.pop(opaque)
+
+    def has_reply(self, opaque: int) -> bool:
+        """Whether a response with ``opaque`` arrived and was not taken yet."""
+        return opaque in self._replies
+
+    async def wait_notifications(self, count: int) -> None:
+        """Wait until at least ``count`` broker requests have arrived."""
+        with trio.fail_after(self.reply_timeout):
+            while len(self.notifications) < count:
+                if self.closed.is_set():
+                    raise ConnectionClosedError("connection closed while waiting")
+                await self._changed.wait()
+
+    async def wait_closed(self) -> None:
+        """Wait until the broker closes the connection."""
+        with trio.fail_after(self.reply_timeout):
+            await self.closed.wait()
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                try:
+                    data = await self.stream.receive_some(65536)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""
+                if not data:
+                    return
+                self.decoder.feed(data)
+                while (cmd := self.decoder.next_command()) is not None:
+                    if cmd.is_response:
+                        self._replies[cmd.opaque] = cmd
+                    else:
+                        self.notifications.append(cmd)
+                self._wake()
+        except ProtocolError as exc:
+            self.error = exc
+        finally:
+            self.closed.set()
+            self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+
+@asynccontextmanager
+async def open_client(port: int, host: str = "127.0.0.1") -> AsyncIterator[BrokerClient]:
+    """Connect to a broker; the connection is closed on exit."""
+    stream = await trio.open_tcp_stream(host, port)
+    client = BrokerClient(stream)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(client._read)
+            try:
+                yield client
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+#: Commit-log segments are preallocated: tests use small ones (the default is 1 GiB).
+TEST_SETTINGS: Mapping[str, Any] = {"segment_size": 1 << 20, "max_message_size": 256 * 1024}
+
+
+@asynccontextmanager
+async def open_broker(data_dir: Path, **settings: Any) -> AsyncIterator[BrokerHandle]:
+    """Run a broker on 127.0.0.1, any free port, with ``settings`` over the defaults and
+    :data:`TEST_SETTINGS`; it is stopped gracefully on exit."""
+    merged = {**TEST_SETTINGS, **settings}
+    config = BrokerConfig(host="127.0.0.1", port=0, data_dir=data_dir, **merged)
+    async with trio.open_nursery() as nursery:
+        handle: BrokerHandle = await nursery.start(serve_broker, config)
+        try:
+            yield handle
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(10):
+                await handle.stop()

@@ -1,0 +1,657 @@
+"""The broker over real TCP: routes, sends, heartbeats and groups, and malformed input.
+
+Every test runs a broker in-process on 127.0.0.1 (any free port) and talks to it with the
+small test client of ``tests.broker.client``. Where real clients' frames exist
+(``tests/fixtures/captures``) they are sent again, byte for byte where possible.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import trio
+
+from broker.dispatch import PROCESSORS
+from protocol.batch import BatchEntry, encode_batch
+from protocol.bodies.consumer import GetConsumerListByGroupResponseBody
+from protocol.bodies.heartbeat import (
+    ConsumerData,
+    ConsumeType,
+    HeartbeatData,
+    MessageModel,
+    SubscriptionData,
+)
+from protocol.bodies.route import PERM_READ, PERM_WRITE, TopicRouteData
+from protocol.codes import RequestCode, ResponseCode, SerializeType
+from protocol.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, request
+from protocol.frame import encode_command
+from protocol.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
+from protocol.message import decode_record
+from protocol.msgid import decode_offset_msg_id
+from protocol.properties import DELAY, TAGS, UNIQ_KEY, encode_properties
+from tests.broker.client import BrokerClient, open_broker, open_client
+from tests.protocol.captures import Capture, all_captures, capture
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = 10
+
+
+# ---------------------------------------------------------------- helpers
+def send_header(
+    topic: str,
+    *,
+    queue_id: int = 0,
+    properties: dict[str, str] | None = None,
+    reconsume_times: int | None = None,
+    max_reconsume_times: int | None = None,
+) -> SendMessageRequestHeader:
+    return SendMessageRequestHeader(
+        producer_group="test_producer_group",
+        topic=topic,
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=1_700_000_000_000,
+        flag=0,
+        properties=encode_properties(properties or {TAGS: "TagA"}),
+        reconsume_times=reconsume_times,
+        max_reconsume_times=max_reconsume_times,
+    )
+
+
+def send_v1(header: SendMessageRequestHeader, body: bytes = b"hello") -> RemotingCommand:
+    return request(RequestCode.SEND_MESSAGE, 0, header.to_ext(), body)
+
+
+def send_v2(header: SendMessageRequestHeader, body: bytes = b"hello") -> RemotingCommand:
+    return request(RequestCode.SEND_MESSAGE_V2, 0, header.to_v2_ext(), body)
+
+
+def route_request(topic: str) -> RemotingCommand:
+    return request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 0, {"topic": topic})
+
+
+async def get_route(client: BrokerClient, topic: str) -> TopicRouteData:
+    reply = await client.request(route_request(topic))
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    return TopicRouteData.from_json(reply.body)
+
+
+def sent(reply: RemotingCommand) -> SendMessageResponseHeader:
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    return SendMessageResponseHeader.from_ext(reply.ext_fields)
+
+
+def raw_frame(header: bytes, body: bytes = b"", serialize_type: int = 0) -> bytes:
+    """A well-delimited frame around any header bytes."""
+    return struct.pack(">II", 4 + len(header) + len(body), (serialize_type << 24) | len(header)) + (
+        header + body
+    )
+
+
+def heartbeat_body(client_id: str, group: str, topic: str = "T") -> bytes:
+    consumer = ConsumerData(
+        group_name=group,
+        consume_type=ConsumeType.CONSUME_PASSIVELY,
+        message_model=MessageModel.CLUSTERING,
+        subscription_data_set=(SubscriptionData(topic=topic, sub_string="*"),),
+    )
+    return HeartbeatData(client_id=client_id, consumer_data_set=(consumer,)).to_json()
+
+
+async def consumer_ids(client: BrokerClient, group: str) -> list[str]:
+    reply = await client.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+    return list(GetConsumerListByGroupResponseBody.from_json(reply.body).consumer_id_list)
+
+
+async def assert_usable(client: BrokerClient) -> None:
+    """The connection still answers requests."""
+    reply = await client.request(route_request("TBW102"))
+    assert reply.code == ResponseCode.SUCCESS
+
+
+# ---------------------------------------------------------------- routes
+async def test_route_of_unknown_topic_is_topic_not_exist(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            reply = await client.request(route_request("NoSuchTopic"))
+            assert reply.code == ResponseCode.TOPIC_NOT_EXIST
+            assert reply.flag & FLAG_RESPONSE
+            assert "NoSuchTopic" in (reply.remark or "")
+
+
+async def test_default_topic_route_points_at_this_broker(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            route = await get_route(client, "TBW102")
+            (queues,) = route.queue_datas
+            assert queues.broker_name == "broker-a"
+            assert queues.write_queue_nums == queues.read_queue_nums == 4
+            assert queues.perm & PERM_READ and queues.perm & PERM_WRITE
+            (brokers,) = route.broker_datas
+            assert brokers.cluster == "DefaultCluster"
+            assert brokers.broker_addrs == {0: f"127.0.0.1:{broker.port}"}
+            assert broker.address == f"127.0.0.1:{broker.port}"
+
+
+# ---------------------------------------------------------------- sends
+async def test_send_v1_v2_and_batch_answer_ids_queues_and_offsets(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            store = broker.ctx.store
+            first = sent(await client.request(send_v1(send_header("Orders"), b"one")))
+            assert (first.queue_id, first.queue_offset) == (0, 0)
+            host, port, offset = decode_offset_msg_id(first.msg_id)
+            assert (host, port, offset) == ("127.0.0.1", broker.port, 0)
+
+            second = sent(await client.request(send_v2(send_header("Orders"), b"two")))
+            assert (second.queue_id, second.queue_offset) == (0, 1)
+            host, port, offset2 = decode_offset_msg_id(second.msg_id)
+            assert (host, port) == ("127.0.0.1", broker.port)
+            assert offset2 > offset
+            record = store.message_at(offset2)
+            assert record is not None
+            msg, _ = decode_record(record)
+            assert (msg.topic, msg.body, msg.queue_offset) == ("Orders", b"two", 1)
+            assert msg.commit_log_offset == offset2
+            assert msg.properties[TAGS] == "TagA"
+
+            entries = [
+                BatchEntry(b"b%d" % i, {UNIQ_KEY: f"UNIQ{i}", TAGS: "TagB"}) for i in range(3)
+            ]
+            header = send_header("Orders", queue_id=1)
+            batch = request(
+                RequestCode.SEND_BATCH_MESSAGE, 0, header.to_v2_ext(), encode_batch(entries)
+            )
+            third = sent(await client.request(batch))
+            assert (third.queue_id, third.queue_offset) == (1, 0)
+            ids = third.msg_id.split(",")
+            assert len(ids) == 3
+            offsets = [decode_offset_msg_id(i)[2] for i in ids]
+            assert offsets == sorted(offsets) and offsets[0] > offset2
+            assert third.batch_uniq_id == "UNIQ0,UNIQ1,UNIQ2"
+            for i, at in enumerate(offsets):
+                record = store.message_at(at)
+                assert record is not None
+                msg, _ = decode_record(record)
+                assert (msg.body, msg.queue_id, msg.queue_offset) == (b"b%d" % i, 1, i)
+
+            assert store.max_offset("Orders", 0) == 2
+            assert store.max_offset("Orders", 1) == 3
+            # The topic was auto-created from TBW102 with 4 queues.
+            (queues,) = (await get_route(client, "Orders")).queue_datas
+            assert queues.write_queue_nums == queues.read_queue_nums == 4
+
+
+async def test_a_batch_is_appended_as_one_unit_even_with_sync_flush(tmp_path: Path) -> None:
+    size = 20
+    with trio.fail_after(TIMEOUT):
+        async with (
+            open_broker(tmp_path, flush="sync") as broker,
+            open_client(broker.port) as client,
+        ):
+            header = send_header("Batched")
+            entries = [BatchEntry(b"b%d" % i) for i in range(size)]
+            batch = request(
+                RequestCode.SEND_BATCH_MESSAGE, 0, header.to_v2_ext(), encode_batch(entries)
+            )
+            replies: list[SendMessageResponseHeader] = []
+
+            async def single(i: int) -> None:
+                sent(await client.request(send_v2(header, b"s%d" % i)))
+
+            async def send_batch() -> None:
+                replies.append(sent(await client.request(batch)))
+
+            # Single sends to the same queue race the batch; none may land inside it.
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(send_batch)
+                for i in range(size):
+                    nursery.start_soon(single, i)
+            (reply,) = replies
+            offsets = []
+            for msg_id in reply.msg_id.split(","):
+                record = broker.ctx.store.message_at(decode_offset_msg_id(msg_id)[2])
+                assert record is not None
+                offsets.append(decode_record(record)[0].queue_offset)
+            first = reply.queue_offset
+            assert offsets == list(range(first, first + size))
+            assert broker.ctx.store.max_offset("Batched", 0) == 2 * size
+
+
+async def test_a_refused_batch_stores_nothing(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            header = send_header("AllOrNothing").to_v2_ext()
+            limit = broker.ctx.config.max_message_size
+            for bad, remark in [
+                (BatchEntry(b"later", {DELAY: "2"}), "DELAY=2"),
+                (BatchEntry(b"x" * (limit + 1)), f"exceeds {limit}"),
+            ]:
+                body = encode_batch([BatchEntry(b"fine"), bad, BatchEntry(b"fine too")])
+                reply = await client.call(RequestCode.SEND_BATCH_MESSAGE, header, body)
+                assert reply.code == ResponseCode.MESSAGE_ILLEGAL
+                assert remark in (reply.remark or "")
+                assert broker.ctx.store.max_offset("AllOrNothing", 0) == 0
+            reply = await client.call(RequestCode.SEND_BATCH_MESSAGE, header, b"")
+            assert reply.code == ResponseCode.MESSAGE_ILLEGAL
+            reply = await client.call(RequestCode.SEND_BATCH_MESSAGE, header, b"\x00\x01garbage")
+            assert reply.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+async def test_send_with_queue_id_minus_one_picks_a_valid_queue(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            chosen = set()
+            for _ in range(8):
+                reply = sent(await client.request(send_v2(send_header("Any", queue_id=-1))))
+                assert 0 <= reply.queue_id < 4
+                chosen.add(reply.queue_id)
+            assert len(chosen) > 1  # spread over the queues
+            total = sum(broker.ctx.store.max_offset("Any", q) for q in range(4))
+            assert total == 8
+
+
+async def test_send_to_a_queue_past_the_write_queues_is_refused(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            sent(await client.request(send_v2(send_header("Four", queue_id=0))))
+            reply = await client.request(send_v2(send_header("Four", queue_id=4)))
+            # RocketMQ's msgCheck answers SYSTEM_ERROR with a remark naming the queue.
+            assert reply.code == ResponseCode.SYSTEM_ERROR
+            remark = reply.remark or ""
+            assert "queueId 4" in remark and "4 write queues" in remark and "Four" in remark
+            assert broker.ctx.store.max_offset("Four", 4) == 0
+            await assert_usable(client)
+
+
+@pytest.mark.parametrize("topic", ["a b", "../x", ""])
+async def test_send_to_an_illegal_topic_name_is_invalid_parameter(
+    tmp_path: Path, topic: str
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            for make in (send_v1, send_v2):
+                reply = await client.request(make(send_header(topic)))
+                assert reply.code == ResponseCode.INVALID_PARAMETER
+                remark = reply.remark or ""
+                if topic:
+                    assert "illegal character" in remark and repr(topic) in remark
+                else:
+                    assert "empty" in remark
+            assert broker.ctx.topics.get(topic) is None
+            await assert_usable(client)
+
+
+async def test_retry_send_past_max_reconsume_times_lands_in_the_dlq(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            store = broker.ctx.store
+            retry, dlq = "%RETRY%cg", "%DLQ%cg"
+            ok = sent(await client.request(send_v1(send_header(retry, reconsume_times=3))))
+            assert ok.queue_id == 0
+            assert store.max_offset(retry, 0) == 1
+
+            # Past the group's own limit (sent by the client) ...
+            header = send_header(retry, reconsume_times=3, max_reconsume_times=2)
+            to_dlq = sent(await client.request(send_v2(header, b"dead")))
+            # ... and past the broker's default (16) when the client sends none.
+            header = send_header(retry, reconsume_times=17)
+            sent(await client.request(send_v1(header, b"dead too")))
+            assert store.max_offset(retry, 0) == 1
+            assert store.max_offset(dlq, 0) == 2
+
+            record = store.message_at(decode_offset_msg_id(to_dlq.msg_id)[2])
+            assert record is not None
+            msg, _ = decode_record(record)
+            assert (msg.topic, msg.body, msg.reconsume_times) == (dlq, b"dead", 3)
+            assert msg.properties[TAGS] == "TagA"
+            (queues,) = (await get_route(client, dlq)).queue_datas
+            assert queues.write_queue_nums == 1
+
+
+async def test_delayed_send_is_refused_until_timers_exist(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            header = send_header("Later", properties={DELAY: "3", TAGS: "T"})
+            reply = await client.request(send_v2(header))
+            assert reply.code == ResponseCode.MESSAGE_ILLEGAL
+            assert "DELAY=3" in (reply.remark or "")
+            assert broker.ctx.store.max_offset("Later", 0) == 0
+            # Level 0 means "not delayed".
+            header = send_header("Later", properties={DELAY: "0"})
+            sent(await client.request(send_v2(header)))
+
+
+# ---------------------------------------------------------------- heartbeats and groups
+async def test_captured_heartbeats_register_groups_and_retry_topics(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            # ali-ons: enum names as strings; client-cpp: integers, subVersion as a string.
+            for name, group, client_id in [
+                ("ali-ons-11-10911-code34.hex", "interop_consumer_group", "127.0.0.1@10743"),
+                (
+                    "cpp-client-09-10911-code34.hex",
+                    "interop_cpp_consumer_group",
+                    "11064-127.0.0.1@DEFAULT",
+                ),
+            ]:
+                reply = await client.request(capture(name).decode())
+                assert reply.code == ResponseCode.SUCCESS, reply.remark
+                assert await consumer_ids(client, group) == [client_id]
+                (queues,) = (await get_route(client, f"%RETRY%{group}")).queue_datas
+                assert queues.write_queue_nums == 1
+            # A producer-only heartbeat joins no consumer group.
+            reply = await client.request(capture("cpp-client-04-10911-code34.hex").decode())
+            assert reply.code == ResponseCode.SUCCESS
+            assert "interop_cpp_producer_group" in broker.ctx.consumers.producers
+            assert await consumer_ids(client, "interop_cpp_producer_group") == []
+            # The captured GET_CONSUMER_LIST_BY_GROUP, as ali-ons sent it.
+            reply = await client.request(capture("ali-ons-13-10911-code38.hex").decode())
+            body = GetConsumerListByGroupResponseBody.from_json(reply.body)
+            assert body.consumer_id_list == ("127.0.0.1@10743",)
+
+
+async def test_membership_changes_notify_the_other_members(tmp_path: Path) -> None:
+    group = "interop_cpp_consumer_group"
+    first_id, second_id = "11064-127.0.0.1@DEFAULT", "127.0.0.1@11452#DEFAULT"
+    with trio.fail_after(TIMEOUT):
+        async with (
+            open_broker(tmp_path) as broker,
+            open_client(broker.port) as first,
+            open_client(broker.port) as second,
+            open_client(broker.port) as third,
+        ):
+            # client-cpp 1.x joins (and is told, like every member, that the group changed).
+            reply = await first.request(capture("cpp-client-09-10911-code34.hex").decode())
+            assert reply.code == ResponseCode.SUCCESS
+            await first.wait_notifications(1)
+            # client-cpp 2.1 joins the same group: the first member is notified.
+            reply = await second.request(capture("cpp21-client-08-10911-code34.hex").decode())
+            assert reply.code == ResponseCode.SUCCESS
+            await first.wait_notifications(2)
+            notice = first.notifications[-1]
+            assert notice.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+            assert notice.flag & FLAG_ONEWAY and not notice.flag & FLAG_RESPONSE
+            assert notice.ext_fields["consumerGroup"] == group
+            assert sorted(await consumer_ids(first, group)) == sorted([first_id, second_id])
+            # A repeated heartbeat from a known member is not a change.
+            seen = len(first.notifications)
+            reply = await second.request(capture("cpp21-client-08-10911-code34.hex").decode())
+            assert reply.code == ResponseCode.SUCCESS
+
+            # A third member joins, then unregisters: the others hear of both.
+            body = heartbeat_body("third@1", group)
+            assert (await third.call(RequestCode.HEART_BEAT, body=body)).code == 0
+            await first.wait_notifications(seen + 1)
+            await second.wait_notifications(2)
+            assert len(first.notifications) == seen + 1  # the repeat did not notify
+            reply = await third.call(
+                RequestCode.UNREGISTER_CLIENT, {"clientID": "third@1", "consumerGroup": group}
+            )
+            assert reply.code == ResponseCode.SUCCESS
+            await first.wait_notifications(seen + 2)
+            await second.wait_notifications(3)
+            assert sorted(await consumer_ids(first, group)) == sorted([first_id, second_id])
+
+            # client-cpp 2.1 never unregisters: closing its connection is leaving.
+            await second.stream.aclose()
+            await first.wait_notifications(seen + 3)
+            assert first.notifications[-1].ext_fields["consumerGroup"] == group
+            assert await consumer_ids(first, group) == [first_id]
+            await trio.sleep(0.05)
+            assert len(first.notifications) == seen + 3 == 5
+            assert all(
+                n.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED for n in first.notifications
+            )
+
+
+async def test_oneway_requests_get_no_reply_but_take_effect(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            body = heartbeat_body("oneway@1", "oneway_group")
+            beat = request(RequestCode.HEART_BEAT, 501, body=body, oneway=True)
+            route = request(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC, 502, {"topic": "TBW102"}, oneway=True
+            )
+            unknown = request(9999, 503, oneway=True)
+            for cmd in (beat, route, unknown):
+                await client.send(cmd)
+            assert await consumer_ids(client, "oneway_group") == ["oneway@1"]
+            await assert_usable(client)
+            await trio.sleep(0.1)
+            assert not any(client.has_reply(o) for o in (501, 502, 503))
+
+
+# ---------------------------------------------------------------- many requests, all clients
+async def test_pipelined_requests_on_one_connection_are_all_answered(tmp_path: Path) -> None:
+    count = 200
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            opaques = [client.next_opaque() for _ in range(count)]
+            frames = [
+                encode_command(
+                    RemotingCommand(
+                        code=RequestCode.SEND_MESSAGE_V2,
+                        opaque=opaque,
+                        ext_fields=send_header("Piped", queue_id=2).to_v2_ext(),
+                        body=b"m%d" % i,
+                    )
+                )
+                for i, opaque in enumerate(opaques)
+            ]
+            await client.send_raw(b"".join(frames))  # all in flight before any reply
+            replies = [await client.reply(opaque) for opaque in opaques]
+            queue_offsets = sorted(sent(reply).queue_offset for reply in replies)
+            assert queue_offsets == list(range(count))
+            assert broker.ctx.store.max_offset("Piped", 2) == count
+
+
+#: What a request from a captured client may be answered with, by request code. Codes other
+#: helpers are still adding answer REQUEST_CODE_NOT_SUPPORTED until they exist.
+_ACCEPTABLE = {
+    RequestCode.GET_ROUTEINFO_BY_TOPIC: {ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST},
+    RequestCode.SEND_MESSAGE: {ResponseCode.SUCCESS},
+    RequestCode.SEND_MESSAGE_V2: {ResponseCode.SUCCESS},
+    RequestCode.HEART_BEAT: {ResponseCode.SUCCESS},
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: {ResponseCode.SUCCESS},
+    RequestCode.UNREGISTER_CLIENT: {ResponseCode.SUCCESS},
+    RequestCode.QUERY_CONSUMER_OFFSET: {
+        ResponseCode.SUCCESS,
+        ResponseCode.QUERY_NOT_FOUND,
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+    },
+    RequestCode.UPDATE_CONSUMER_OFFSET: {
+        ResponseCode.SUCCESS,
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+    },
+    RequestCode.PULL_MESSAGE: {
+        ResponseCode.SUCCESS,
+        ResponseCode.PULL_NOT_FOUND,
+        ResponseCode.PULL_RETRY_IMMEDIATELY,
+        ResponseCode.PULL_OFFSET_MOVED,
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+    },
+}
+
+
+async def test_every_captured_request_is_answered_on_its_opaque(tmp_path: Path) -> None:
+    by_client: dict[str, list[Capture]] = defaultdict(list)
+    for cap in all_captures():
+        if not cap.is_response:
+            by_client[cap.client].append(cap)
+    assert len(by_client) >= 3
+    # Pulls of empty queues are held at most suspend_max_ms.
+    async with open_broker(tmp_path, suspend_max_ms=200) as broker:
+        with trio.fail_after(30):
+            for caps in by_client.values():
+                async with open_client(broker.port) as client:
+                    # Byte for byte, in the order the client sent them, one at a time (some
+                    # captures share an opaque).
+                    for cap in caps:
+                        cmd = cap.decode()
+                        await client.send_raw(cap.raw)
+                        reply = await client.reply(cmd.opaque)
+                        assert reply.flag & FLAG_RESPONSE
+                        assert reply.serialize_type is SerializeType.JSON
+                        assert reply.code != ResponseCode.SYSTEM_ERROR, (cap.path.name, reply)
+                        expected = _ACCEPTABLE.get(RequestCode(cmd.code))
+                        assert expected is not None, cap.path.name
+                        assert reply.code in expected, (cap.path.name, reply.code, reply.remark)
+            async with open_client(broker.port) as client:
+                await assert_usable(client)
+            store = broker.ctx.store
+            assert sum(store.max_offset("InteropTopic", q) for q in range(4)) >= 3
+
+
+@pytest.mark.parametrize(
+    "serialize_type", [SerializeType.JSON, SerializeType.ROCKETMQ, SerializeType.MSGPACK]
+)
+async def test_replies_use_the_serialize_type_of_the_request(
+    tmp_path: Path, serialize_type: SerializeType
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            cmd = request(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                0,
+                {"topic": "TBW102"},
+                serialize_type=serialize_type,
+            )
+            reply = await client.request(cmd)
+            assert reply.code == ResponseCode.SUCCESS
+            assert reply.serialize_type is serialize_type
+            reply = await client.request(
+                send_v1(send_header("Typed")).with_serialize_type(serialize_type)
+            )
+            assert reply.serialize_type is serialize_type
+            assert sent(reply).queue_offset == 0
+
+
+# ---------------------------------------------------------------- bad input
+@pytest.mark.parametrize("code", [9999, RequestCode.POP_MESSAGE])
+async def test_unknown_request_codes_are_not_supported(tmp_path: Path, code: int) -> None:
+    if code in PROCESSORS:
+        pytest.skip(f"request code {code} has a processor now")
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            reply = await client.call(code, {"topic": "T"})
+            assert reply.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+            assert str(code) in (reply.remark or "")
+            await assert_usable(client)
+
+
+async def test_malformed_json_headers_are_answered_and_the_connection_kept(
+    tmp_path: Path,
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            # The opaque can be recovered: the reply goes to it.
+            for opaque, header in [
+                (71, {"code": 105, "opaque": 71, "flag": "not a number"}),
+                (72, {"opaque": 72, "flag": 0}),  # no code
+                (73, {"code": 105, "opaque": 73, "remark": 5}),
+                (74, {"code": 105, "opaque": 74, "extFields": ["not", "a", "map"]}),
+            ]:
+                await client.send_raw(raw_frame(json.dumps(header).encode()))
+                reply = await client.reply(opaque)
+                assert reply.code == ResponseCode.INVALID_PARAMETER
+                assert reply.flag & FLAG_RESPONSE
+                assert reply.remark
+            # Not JSON at all: nothing to answer, but the stream is still in sync.
+            await client.send_raw(raw_frame(b'{"code":105,"opaque":75,'))
+            await client.send_raw(raw_frame(b"\xff\xfe not utf-8"))
+            await assert_usable(client)
+            assert not client.has_reply(75)
+            assert not client.closed.is_set()
+
+
+async def test_header_fields_of_the_wrong_type_name_the_field(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            ext = send_header("Typed").to_ext()
+            ext["queueId"] = "abc"
+            reply = await client.call(RequestCode.SEND_MESSAGE, ext, b"x")
+            assert reply.code == ResponseCode.INVALID_PARAMETER
+            assert "queueId" in (reply.remark or "") and "abc" in (reply.remark or "")
+
+            v2 = send_header("Typed").to_v2_ext()
+            v2["e"] = "abc"
+            reply = await client.call(RequestCode.SEND_MESSAGE_V2, v2, b"x")
+            assert reply.code == ResponseCode.INVALID_PARAMETER
+            assert "abc" in (reply.remark or "")
+            assert "'e'" in (reply.remark or "") or "queueId" in (reply.remark or "")
+
+            del v2["b"]  # the topic
+            v2["e"] = "0"
+            reply = await client.call(RequestCode.SEND_MESSAGE_V2, v2, b"x")
+            assert reply.code == ResponseCode.INVALID_PARAMETER
+            assert "topic" in (reply.remark or "")
+
+            reply = await client.call(RequestCode.HEART_BEAT, body=b"{not json")
+            assert reply.code == ResponseCode.INVALID_PARAMETER
+
+            assert broker.ctx.store.max_offset("Typed", 0) == 0
+            await assert_usable(client)
+
+
+async def test_oversize_frame_is_answered_and_skipped(tmp_path: Path) -> None:
+    limit = 4096
+    with trio.fail_after(TIMEOUT):
+        async with (
+            open_broker(tmp_path, max_frame_size=limit) as broker,
+            open_client(broker.port) as client,
+        ):
+            big = send_v2(send_header("Big"), b"x" * (3 * limit))
+            reply = await client.request(big, opaque=81)
+            assert reply.code == ResponseCode.MESSAGE_ILLEGAL
+            assert str(limit) in (reply.remark or "")
+            # The rest of the frame was skipped: the next request in the same write works.
+            small = send_v2(send_header("Big"), b"small")
+            frames = encode_command(
+                RemotingCommand(code=big.code, opaque=82, ext_fields=big.ext_fields, body=big.body)
+            ) + encode_command(
+                RemotingCommand(
+                    code=small.code, opaque=83, ext_fields=small.ext_fields, body=small.body
+                )
+            )
+            await client.send_raw(frames)
+            assert (await client.reply(82)).code == ResponseCode.MESSAGE_ILLEGAL
+            assert sent(await client.reply(83)).queue_offset == 0
+            assert broker.ctx.store.max_offset("Big", 0) == 1
+            await assert_usable(client)
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        struct.pack(">II", 2, 0),  # length shorter than the type/header-length word
+        struct.pack(">II", 10, 20) + b"x" * 10,  # header longer than the frame
+    ],
+)
+async def test_garbage_closes_that_connection_only(tmp_path: Path, garbage: bytes) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with (
+            open_broker(tmp_path) as broker,
+            open_client(broker.port) as bad,
+            open_client(broker.port) as good,
+        ):
+            await assert_usable(good)
+            await bad.send_raw(garbage)
+            await bad.wait_closed()
+            assert bad.error is None
+            await assert_usable(good)
+            async with open_client(broker.port) as fresh:
+                await assert_usable(fresh)
+            # The broker's per-connection clean-up ran (it exposes a counter, not an event).
+            with trio.fail_after(2):
+                while broker.ctx.connections != 1:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
