@@ -21,9 +21,11 @@ from broker.consumers import ConsumerManager
 from broker.context import BrokerContext
 from broker.logs import get_logger
 from broker.longpoll import PullHub
+from broker.schedule import SCHEDULE_TOPIC
 from broker.server import handle_connection
 from broker.storage import serve_storage
 from broker.store.store import MessageStore
+from broker.timers import SCHEDULE_QUEUES, TimerService
 from broker.topics import TopicManager
 
 _log = get_logger("broker")
@@ -68,8 +70,13 @@ async def serve_broker(
     async with trio.open_nursery() as outer:
         storage = await outer.start(serve_storage, store)
         ctx = BrokerContext(config, store, storage, topics, ConsumerManager(), hub, address)
+        ctx.timers = TimerService(storage, topics, config.data_dir / "config" / "schedule.json")
+        topics.ensure_queues(SCHEDULE_TOPIC, SCHEDULE_QUEUES)
+        ctx.timers.load()
+        storage.before_checkpoint.append(ctx.timers.before_checkpoint)
         with trio.CancelScope() as scope:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(ctx.timers.run)
                 await nursery.start(
                     partial(trio.serve_listeners, partial(handle_connection, ctx), listeners)
                 )

@@ -13,6 +13,7 @@ from broker.locks import RebalanceLocks
 from broker.longpoll import PullHub
 from broker.storage import Storage
 from broker.store.store import MessageStore
+from broker.timers import TimerService
 from broker.topics import TopicManager
 
 
@@ -28,6 +29,7 @@ class BrokerContext:
     pull_hub: PullHub
     #: ``host:port`` this broker puts into routes.
     address: str
+    timers: TimerService | None = None
     shutting_down: trio.Event = field(default_factory=trio.Event)
     rebalance_locks: RebalanceLocks = field(default_factory=RebalanceLocks)
     open_connections: set[Connection] = field(default_factory=set)

@@ -21,6 +21,7 @@ import trio
 
 from broker.store.api import FlushMode, MessageToStore, PutResult, PutStatus
 from broker.store.store import MessageStore
+from broker.store.tickets import CheckpointTicket
 
 T = TypeVar("T")
 
@@ -41,6 +42,10 @@ class Storage:
         self._wake = trio.Event()
         self.fsyncs = 0
         self._swept: tuple[int, int] | None = None  # (year, day) of the last scheduled run
+        #: Called on the main thread before each checkpoint; each returns a blocking writer
+        #: run in the worker thread before the checkpoint file (state that must never be
+        #: older than the checkpoint, such as the timer service's progress).
+        self.before_checkpoint: list[Callable[[], Callable[[], None]]] = []
 
     async def put(self, msg: MessageToStore) -> PutResult:
         """Store one message; in SYNC mode return only once it is durable.
@@ -131,7 +136,14 @@ class Storage:
     async def checkpoint_once(self) -> None:
         """Advance the recovery checkpoint (fsyncs in a worker thread)."""
         store = self.store
-        await self._in_thread(store.checkpoint_begin, store.checkpoint_sync, store.checkpoint_end)
+        writers = [hook() for hook in self.before_checkpoint]
+
+        def sync(ticket: CheckpointTicket) -> None:
+            for write in writers:
+                write()
+            store.checkpoint_sync(ticket)
+
+        await self._in_thread(store.checkpoint_begin, sync, store.checkpoint_end)
 
     def retention_once(self, now: float) -> int:
         """Delete expired segments if the disk is full past the ratio, or if this is the
@@ -171,4 +183,6 @@ async def serve_storage(
     finally:
         with trio.CancelScope(shield=True):
             await storage.flush_once()
+            for hook in storage.before_checkpoint:
+                hook()()
             store.close()

@@ -4,18 +4,20 @@ Checks follow RocketMQ's ``msgCheck``: a legal topic that producers may write, t
 auto-created from ``TBW102`` when unknown (``autoCreateTopicEnable``), the queue id within the
 topic's write queues (negative = any). A send to a classic ``%RETRY%group`` topic whose
 reconsume count is past the group's maximum goes to ``%DLQ%group`` instead
-(``handleRetryAndDLQ``). Delayed delivery (``DELAY``, ``TIMER_*``) is refused with a clear
-error until the timer service exists: delivering such a message at once would be wrong.
+(``handleRetryAndDLQ``). A delayed or timer message (``DELAY``, ``TIMER_*``) is stored in
+``SCHEDULE_TOPIC_XXXX`` and handed to the timer service (``broker.timers``).
 """
 
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Mapping
 
 from broker.connection import Connection
 from broker.context import BrokerContext
 from broker.dispatch import processor
+from broker.schedule import SCHEDULE_TOPIC, delivery_time
 from broker.store.api import MessageToStore, PutResult, PutStatus
 from broker.topics import DEFAULT_TOPIC
 from protocol.batch import decode_batch
@@ -34,9 +36,12 @@ from protocol.naming import (
 )
 from protocol.properties import (
     DELAY,
+    REAL_QID,
+    REAL_TOPIC,
     TIMER_DELAY_MS,
     TIMER_DELAY_SEC,
     TIMER_DELIVER_MS,
+    TIMER_OUT_MS,
     UNIQ_KEY,
     decode_properties,
     encode_properties,
@@ -114,13 +119,21 @@ def _born_host(conn: Connection) -> tuple[str, int]:
 
 
 def _check_delay(properties: Mapping[str, str]) -> None:
+    """Batches cannot be delayed (RocketMQ refuses them too)."""
     for name in _DELAYED:
         value = properties.get(name)
         if value and value not in ("0", "-1"):
             raise _fail(
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"delayed delivery ({name}={value}) is not supported by this broker yet",
+                ResponseCode.MESSAGE_ILLEGAL, f"a batch message cannot be delayed ({name}={value})"
             )
+
+
+def _schedule(properties: Mapping[str, str]) -> tuple[int, int] | None:
+    """(schedule queue, delivery ms) of a delayed or timer message, else None."""
+    try:
+        return delivery_time(properties, time.time_ns() // 1_000_000)
+    except ValueError as exc:
+        raise _fail(ResponseCode.MESSAGE_ILLEGAL, f"bad delivery time: {exc}") from None
 
 
 def _reply(cmd: RemotingCommand, result: PutResult, queue_id: int, **extra: str) -> RemotingCommand:
@@ -146,14 +159,23 @@ async def send_message(
     config = topic_for_send(ctx, header)
     topic, queue_id = _target(ctx, header, config, _queue_id(config, header.queue_id))
     properties = decode_properties(header.properties or "")
-    _check_delay(properties)
+    scheduled = _schedule(properties) if ctx.timers is not None else None
+    text = header.properties if topic == header.topic else None
+    real_queue = queue_id
+    if scheduled is not None:
+        # Stored first in SCHEDULE_TOPIC_XXXX; the timer service copies it to its real
+        # topic and queue at its delivery time.
+        properties = {**properties, REAL_TOPIC: topic, REAL_QID: str(queue_id),
+                      TIMER_OUT_MS: str(scheduled[1])}  # fmt: skip
+        topic, queue_id, text = SCHEDULE_TOPIC, scheduled[0], None
     msg = MessageToStore(
         topic, queue_id, cmd.body, properties, header.flag, header.sys_flag,
-        header.born_timestamp, _born_host(conn), header.reconsume_times or 0, 0,
-        header.properties if topic == header.topic else None,
+        header.born_timestamp, _born_host(conn), header.reconsume_times or 0, 0, text,
     )  # fmt: skip
     result = await ctx.storage.put(msg)
-    return _reply(cmd, result, queue_id)
+    if scheduled is not None and result.ok and ctx.timers is not None:
+        ctx.timers.scheduled(result, scheduled[0], scheduled[1])
+    return _reply(cmd, result, real_queue)
 
 
 @processor(RequestCode.SEND_BATCH_MESSAGE)

@@ -317,17 +317,18 @@ async def test_retry_send_past_max_reconsume_times_lands_in_the_dlq(tmp_path: Pa
             assert queues.write_queue_nums == 1
 
 
-async def test_delayed_send_is_refused_until_timers_exist(tmp_path: Path) -> None:
+async def test_delayed_send_is_accepted_and_held_back(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
             header = send_header("Later", properties={DELAY: "3", TAGS: "T"})
-            reply = await client.request(send_v2(header))
-            assert reply.code == ResponseCode.MESSAGE_ILLEGAL
-            assert "DELAY=3" in (reply.remark or "")
+            sent(await client.request(send_v2(header)))
+            # Level 3 is 10 s: held in SCHEDULE_TOPIC_XXXX, not in its topic yet.
             assert broker.ctx.store.max_offset("Later", 0) == 0
+            assert broker.ctx.store.max_offset("SCHEDULE_TOPIC_XXXX", 2) == 1
             # Level 0 means "not delayed".
             header = send_header("Later", properties={DELAY: "0"})
             sent(await client.request(send_v2(header)))
+            assert broker.ctx.store.max_offset("Later", 0) == 1
 
 
 # ---------------------------------------------------------------- heartbeats and groups
