@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
-from broker.processors import admin, client, lock, offsets, pull, query, route, send
+from broker.processors import (
+    admin,
+    client,
+    lock,
+    offsets,
+    pull,
+    query,
+    route,
+    send,
+    sendback,
+)
 
-__all__ = ["admin", "client", "lock", "offsets", "pull", "query", "route", "send"]
+__all__ = ["admin", "client", "lock", "offsets", "pull", "query", "route", "send", "sendback"]

@@ -149,6 +149,39 @@ def _reply(cmd: RemotingCommand, result: PutResult, queue_id: int, **extra: str)
     return cmd.response(ext_fields=header.to_ext())
 
 
+async def store_message(
+    ctx: BrokerContext,
+    topic: str,
+    queue_id: int,
+    body: bytes,
+    properties: Mapping[str, str],
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: tuple[str, int],
+    reconsume_times: int,
+    properties_text: str | None = None,
+) -> tuple[PutResult, int]:
+    """Store a message, or — when it is delayed or timed — park it in SCHEDULE_TOPIC_XXXX for
+    the timer service, which copies it to ``topic``/``queue_id`` at its delivery time.
+    Returns the put's result and the schedule queue (-1 when not scheduled)."""
+    scheduled = _schedule(properties) if ctx.timers is not None else None
+    if scheduled is not None:
+        properties = {**properties, REAL_TOPIC: topic, REAL_QID: str(queue_id),
+                      TIMER_OUT_MS: str(scheduled[1])}  # fmt: skip
+        topic, queue_id, properties_text = SCHEDULE_TOPIC, scheduled[0], None
+    msg = MessageToStore(
+        topic, queue_id, body, properties, flag, sys_flag, born_timestamp, born_host,
+        reconsume_times, 0, properties_text,
+    )  # fmt: skip
+    result = await ctx.storage.put(msg)
+    if scheduled is None:
+        return result, -1
+    if result.ok and ctx.timers is not None:
+        ctx.timers.scheduled(result, scheduled[0], scheduled[1])
+    return result, scheduled[0]
+
+
 @processor(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
 async def send_message(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
@@ -159,23 +192,12 @@ async def send_message(
     config = topic_for_send(ctx, header)
     topic, queue_id = _target(ctx, header, config, _queue_id(config, header.queue_id))
     properties = decode_properties(header.properties or "")
-    scheduled = _schedule(properties) if ctx.timers is not None else None
     text = header.properties if topic == header.topic else None
-    real_queue = queue_id
-    if scheduled is not None:
-        # Stored first in SCHEDULE_TOPIC_XXXX; the timer service copies it to its real
-        # topic and queue at its delivery time.
-        properties = {**properties, REAL_TOPIC: topic, REAL_QID: str(queue_id),
-                      TIMER_OUT_MS: str(scheduled[1])}  # fmt: skip
-        topic, queue_id, text = SCHEDULE_TOPIC, scheduled[0], None
-    msg = MessageToStore(
-        topic, queue_id, cmd.body, properties, header.flag, header.sys_flag,
-        header.born_timestamp, _born_host(conn), header.reconsume_times or 0, 0, text,
+    result, _ = await store_message(
+        ctx, topic, queue_id, cmd.body, properties, header.flag, header.sys_flag,
+        header.born_timestamp, _born_host(conn), header.reconsume_times or 0, text,
     )  # fmt: skip
-    result = await ctx.storage.put(msg)
-    if scheduled is not None and result.ok and ctx.timers is not None:
-        ctx.timers.scheduled(result, scheduled[0], scheduled[1])
-    return _reply(cmd, result, real_queue)
+    return _reply(cmd, result, queue_id)
 
 
 @processor(RequestCode.SEND_BATCH_MESSAGE)
