@@ -117,11 +117,15 @@ class Schedule:
         return len(self._heap)
 
     # ------------------------------------------------------------------ persistence
-    def snapshot(self) -> bytes:
-        """The delivery progress, for ``config/schedule.json``."""
+    def snapshot(self, also_delivered: Iterable[tuple[int, int]] = ()) -> bytes:
+        """The delivery progress, for ``config/schedule.json``, counting ``also_delivered``
+        (queue, offset) pairs as delivered without recording them here."""
+        states = {q: _QueueState(s.watermark, set(s.done_above)) for q, s in self._queues.items()}
+        for queue_id, offset in also_delivered:
+            states.setdefault(queue_id, _QueueState()).mark(offset)
         queues = {
             str(q): {"watermark": s.watermark, "done_above": sorted(s.done_above)}
-            for q, s in sorted(self._queues.items())
+            for q, s in sorted(states.items())
         }
         return json.dumps({"version": 1, "queues": queues}, separators=(",", ":")).encode()
 

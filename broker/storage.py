@@ -77,6 +77,11 @@ class Storage:
             results.append(PutResult(PutStatus.DISK_ERROR, remark=self.store.stats.last_disk_error))
         return results
 
+    async def wait_durable(self, end_offset: int) -> bool:
+        """Wait until the log is durable up to ``end_offset`` (at once in ASYNC mode); False
+        when the fsync failed."""
+        return await self._durable(end_offset)
+
     async def _durable(self, end_offset: int) -> bool:
         """Wait until the log is durable up to ``end_offset`` (at once in ASYNC mode); False
         when the fsync failed."""

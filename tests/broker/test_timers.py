@@ -151,3 +151,13 @@ async def test_pending_timers_survive_a_restart_and_fire_once(tmp_path: Path) ->
         async with open_broker(tmp_path) as broker:
             await trio.sleep(0.3)
             assert len(delivered(broker.ctx.store, "Later")) == 2  # nothing fired again
+
+
+def test_snapshot_counts_deliveries_still_waiting_on_their_fsync() -> None:
+    s = Schedule()
+    s.mark_delivered(TIMER_QUEUE, 0)
+    again = Schedule()
+    again.load(s.snapshot(also_delivered=[(TIMER_QUEUE, 1), (0, 0)]))
+    assert again.delivered(TIMER_QUEUE, 1)
+    assert again.delivered(0, 0)
+    assert not s.delivered(TIMER_QUEUE, 1)  # the live schedule is unchanged
