@@ -105,12 +105,16 @@ class BrokerProcess:
 
 
 @asynccontextmanager
-async def run_broker(data_dir: Path) -> AsyncIterator[BrokerProcess]:
-    """Start ``python -m broker --port 0`` and wait for its "broker started" line."""
+async def run_broker(
+    data_dir: Path, *args: str, **settings: object
+) -> AsyncIterator[BrokerProcess]:
+    """Start ``python -m broker --port 0 --data-dir DATA_DIR ARGS`` (with :data:`TEST_SETTINGS`
+    and ``settings`` as ``TRIMQ_*`` variables) and wait for its "broker started" line. On exit
+    the process is killed by its pid if still alive."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRIMQ_")}
     # Small preallocated segments, as in every test (also shows env settings reach it).
-    env.update({f"TRIMQ_{k.upper()}": str(v) for k, v in TEST_SETTINGS.items()})
-    argv = [sys.executable, "-m", "broker", "--port", "0", "--data-dir", str(data_dir)]
+    env.update({f"TRIMQ_{k.upper()}": str(v) for k, v in {**TEST_SETTINGS, **settings}.items()})
+    argv = [sys.executable, "-m", "broker", "--port", "0", "--data-dir", str(data_dir), *args]
     process = await trio.lowlevel.open_process(
         argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

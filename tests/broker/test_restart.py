@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import os
 import random
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -58,7 +55,8 @@ from protocol.headers.send import (
 from protocol.message import MessageExt, decode_records
 from protocol.properties import UNIQ_KEY, encode_properties
 from tests.broker.client import TEST_SETTINGS, BrokerClient, ConnectionClosedError, open_client
-from tests.broker.test_process import REPO, START_TIMEOUT, STOP_TIMEOUT, BrokerProcess
+from tests.broker.test_process import STOP_TIMEOUT, BrokerProcess
+from tests.broker.test_process import run_broker as run_process_broker
 
 pytestmark = pytest.mark.e2e
 
@@ -95,36 +93,11 @@ async def broker_process(
     data_dir: Path, *, flush: str = "async", **settings: object
 ) -> AsyncIterator[BrokerProcess]:
     """Start ``python -m broker --host 127.0.0.1 --port 0 --flush FLUSH`` on ``data_dir``
-    (with :data:`TEST_SETTINGS` and ``settings`` as ``TRIMQ_*`` variables) and wait for its
-    "broker started" line. On exit the process is killed by its pid if still alive."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIMQ_")}
-    env.update({f"TRIMQ_{k.upper()}": str(v) for k, v in {**TEST_SETTINGS, **settings}.items()})
-    argv = [
-        sys.executable, "-m", "broker", "--host", "127.0.0.1", "--port", "0",
-        "--data-dir", str(data_dir), "--flush", flush,
-    ]  # fmt: skip
-    process = await trio.lowlevel.open_process(
-        argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        async with trio.open_nursery() as nursery:
-            broker = BrokerProcess(process)
-            nursery.start_soon(broker.drain)
-            try:
-                with trio.fail_after(START_TIMEOUT):
-                    started = await broker.wait_for("broker started")
-                broker.port = int(started["port"])
-                assert started["flush"] == flush
-                yield broker
-            finally:
-                if process.poll() is None:
-                    process.kill()  # this process only, by its pid
-    finally:
-        if process.poll() is None:
-            process.kill()
-        with trio.CancelScope(shield=True), trio.move_on_after(STOP_TIMEOUT):
-            await process.wait()
+    (see :func:`tests.broker.test_process.run_broker`)."""
+    async with run_process_broker(
+        data_dir, "--host", "127.0.0.1", "--flush", flush, **settings
+    ) as broker:
+        yield broker
 
 
 async def kill9(broker: BrokerProcess) -> None:
