@@ -41,4 +41,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_store
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .interop

@@ -1,0 +1,1 @@
+"""Developer scripts (run as ``python -m scripts.<name>``)."""
