@@ -1,0 +1,657 @@
+"""Broker throughput and latency over TCP, side by side with Redis Streams in the same run.
+
+Our broker runs as a subprocess (``python -m broker`` on 127.0.0.1, any free port, a temporary
+data dir under ``.bench-peers/``); a trio client in this process measures:
+
+* ``produce_sync``: SEND_MESSAGE_V2 awaited one at a time (msgs/s, p50/p99 latency);
+* ``produce_window``: windows of ``--batch`` SEND_MESSAGE_V2 in flight on one connection
+  (written together, replies matched by opaque);
+* ``produce_batch``: SEND_BATCH_MESSAGE with ``--batch`` messages per request;
+* ``consume_pull``: drain a ``--backlog`` of messages pre-produced into one topic / 4 queues
+  with PULL_MESSAGE maxMsgNums=``--count`` (queues in turn, commit offset in each pull),
+  decoding the records;
+* ``e2e_latency``: a producer task at ``--rate`` msg/s with a monotonic timestamp in the body,
+  a consumer task long-polling (SUSPEND) on its own connection; the first ``--warmup``
+  messages are dropped.
+
+The peer is ``../shared/peer-bench/redis_streams_bench.py`` (run with ``--runs 1`` per round,
+interleaved with ours) against a Redis on 127.0.0.1:6390, started here if it is not running
+and then stopped at the end. Its client runs in a throwaway venv (``--peer-python``, by default
+``.bench-peers/venv/bin/python`` with redis-py and hiredis).
+
+Usage: python -m benchmarks.bench_broker [--runs 3] [--sizes 128,1024] [--no-peer]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from protocol.batch import BatchEntry, encode_batch
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand, request
+from protocol.frame import FrameDecoder, encode_command
+from protocol.headers.pull import (
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
+    build_pull_sys_flag,
+)
+from protocol.headers.send import SendMessageRequestHeader
+from protocol.message import decode_records
+from protocol.properties import encode_properties
+
+ROOT = Path(__file__).resolve().parent.parent
+PEER_BENCH = ROOT.parent / "shared" / "peer-bench"
+WORK_DIR = ROOT / ".bench-peers"
+REDIS_PORT = 6390
+REPLY_TIMEOUT = 30.0
+GROUP = "bench_consumer_group"
+QUEUES = 4
+TS_BYTES = 8
+
+
+# ---------------------------------------------------------------- statistics
+def percentile(sorted_vals: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of sorted values (as peer-bench's ``common.percentile``)."""
+    if not sorted_vals:
+        return float("nan")
+    k = max(0, min(len(sorted_vals) - 1, math.ceil(p / 100.0 * len(sorted_vals)) - 1))
+    return sorted_vals[k]
+
+
+def lat_summary_ms(lat_ns: Sequence[int]) -> dict[str, float]:
+    v = sorted(x / 1e6 for x in lat_ns)
+    return {
+        "p50_ms": percentile(v, 50),
+        "p90_ms": percentile(v, 90),
+        "p99_ms": percentile(v, 99),
+        "max_ms": v[-1] if v else float("nan"),
+        "n": float(len(v)),
+    }
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """user+system CPU seconds used so far by process ``pid``."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def make_payload(size: int, ts_ns: int = 0) -> bytes:
+    """``size`` bytes; the first 8 carry a big-endian monotonic timestamp (peer-bench layout)."""
+    return ts_ns.to_bytes(TS_BYTES, "big") + b"x" * (size - TS_BYTES)
+
+
+# ---------------------------------------------------------------- client
+class Conn:
+    """One connection to the broker; replies matched to requests by opaque."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.decoder = FrameDecoder(64 * 1024 * 1024)
+        self._waiters: dict[int, trio.Event] = {}
+        self._replies: dict[int, RemotingCommand] = {}
+        self._next = 1
+        self.closed = False
+
+    def opaque(self) -> int:
+        self._next += 1
+        return self._next
+
+    def expect(self, opaque: int) -> None:
+        self._waiters[opaque] = trio.Event()
+
+    async def reply(self, opaque: int, timeout: float = REPLY_TIMEOUT) -> RemotingCommand:  # noqa: ASYNC109
+        event = self._waiters[opaque]
+        with trio.fail_after(timeout):
+            await event.wait()
+        del self._waiters[opaque]
+        return self._replies.pop(opaque)
+
+    async def request(
+        self,
+        cmd: RemotingCommand,
+        timeout: float = REPLY_TIMEOUT,  # noqa: ASYNC109
+    ) -> RemotingCommand:
+        """Send ``cmd`` (built with opaque ``cmd.opaque``) and wait for its reply."""
+        self.expect(cmd.opaque)
+        await self.stream.send_all(encode_command(cmd))
+        return await self.reply(cmd.opaque, timeout)
+
+    async def read_loop(self) -> None:
+        try:
+            while True:
+                try:
+                    data = await self.stream.receive_some(262144)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""
+                if not data:
+                    return
+                self.decoder.feed(data)
+                while (cmd := self.decoder.next_command()) is not None:
+                    if not cmd.is_response:
+                        continue
+                    event = self._waiters.get(cmd.opaque)
+                    if event is not None:
+                        self._replies[cmd.opaque] = cmd
+                        event.set()
+        finally:
+            self.closed = True
+            for event in self._waiters.values():
+                event.set()
+
+
+@dataclass
+class ConnPool:
+    """Connections opened for one measurement, all closed when it ends."""
+
+    port: int
+    nursery: trio.Nursery
+    conns: list[Conn] = field(default_factory=list)
+
+    async def open(self) -> Conn:
+        stream = await trio.open_tcp_stream("127.0.0.1", self.port)
+        conn = Conn(stream)
+        self.conns.append(conn)
+        self.nursery.start_soon(conn.read_loop)
+        return conn
+
+
+async def with_conns(port: int, fn: Callable[[ConnPool], Any]) -> dict[str, float]:
+    async with trio.open_nursery() as nursery:
+        pool = ConnPool(port, nursery)
+        try:
+            result: dict[str, float] = await fn(pool)
+        finally:
+            for conn in pool.conns:
+                await trio.aclose_forcefully(conn.stream)
+            nursery.cancel_scope.cancel()
+    return result
+
+
+def check(reply: RemotingCommand, what: str) -> None:
+    if reply.code != ResponseCode.SUCCESS:
+        raise RuntimeError(f"{what}: code {reply.code} {reply.remark}")
+
+
+def send_ext(topic: str, queue_id: int, *, batch: bool = False) -> dict[str, str]:
+    header = SendMessageRequestHeader(
+        producer_group="bench_producer_group",
+        topic=topic,
+        default_topic="TBW102",
+        default_topic_queue_nums=QUEUES,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=0,
+        properties=encode_properties({"WAIT": "true"}),
+        batch=True if batch else None,
+    )
+    return header.to_v2_ext()
+
+
+def pull_cmd(
+    topic: str, queue_id: int, offset: int, opaque: int, *, count: int, suspend_ms: int = 0
+) -> RemotingCommand:
+    header = PullMessageRequestHeader(
+        consumer_group=GROUP,
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=offset,
+        max_msg_nums=count,
+        sys_flag=build_pull_sys_flag(
+            commit_offset=offset > 0, suspend=suspend_ms > 0, subscription=True
+        ),
+        commit_offset=offset,
+        suspend_timeout_millis=suspend_ms,
+        subscription="*",
+        sub_version=0,
+    )
+    return request(RequestCode.PULL_MESSAGE, opaque, header.to_ext())
+
+
+# ---------------------------------------------------------------- our workloads
+@dataclass
+class Params:
+    port: int
+    size: int
+    n_sync: int
+    n_pipe: int
+    batch: int
+    backlog: int
+    count: int
+    rate: float
+    e2e_seconds: float
+    warmup: int
+    max_seconds: float
+    tag: str
+
+
+async def produce_sync(p: Params) -> dict[str, float]:
+    async def run(pool: ConnPool) -> dict[str, float]:
+        conn = await pool.open()
+        ext = send_ext(f"BenchSync{p.tag}", 0)
+        body = make_payload(p.size)
+        lats: list[int] = []
+        t0 = time.perf_counter()
+        deadline = t0 + p.max_seconds
+        while len(lats) < p.n_sync and time.perf_counter() < deadline:
+            s = time.perf_counter_ns()
+            cmd = request(RequestCode.SEND_MESSAGE_V2, conn.opaque(), ext, body)
+            reply = await conn.request(cmd)
+            lats.append(time.perf_counter_ns() - s)
+            check(reply, "send")
+        dt = time.perf_counter() - t0
+        lat = lat_summary_ms(lats)
+        return {"msgs_per_s": len(lats) / dt, "p50_ms": lat["p50_ms"], "p99_ms": lat["p99_ms"]}
+
+    return await with_conns(p.port, run)
+
+
+async def produce_window(p: Params) -> dict[str, float]:
+    async def run(pool: ConnPool) -> dict[str, float]:
+        conn = await pool.open()
+        ext = send_ext(f"BenchWin{p.tag}", 0)
+        body = make_payload(p.size)
+        n = 0
+        t0 = time.perf_counter()
+        deadline = t0 + p.max_seconds
+        while n < p.n_pipe and time.perf_counter() < deadline:
+            opaques = [conn.opaque() for _ in range(p.batch)]
+            frames = [
+                encode_command(request(RequestCode.SEND_MESSAGE_V2, o, ext, body)) for o in opaques
+            ]
+            for o in opaques:
+                conn.expect(o)
+            await conn.stream.send_all(b"".join(frames))
+            for o in opaques:
+                check(await conn.reply(o), "send")
+            n += p.batch
+        dt = time.perf_counter() - t0
+        return {"msgs_per_s": n / dt}
+
+    return await with_conns(p.port, run)
+
+
+def batch_body(size: int, batch: int) -> bytes:
+    return encode_batch([BatchEntry(make_payload(size), {"WAIT": "true"})] * batch)
+
+
+async def produce_batch(p: Params) -> dict[str, float]:
+    async def run(pool: ConnPool) -> dict[str, float]:
+        conn = await pool.open()
+        ext = send_ext(f"BenchBatch{p.tag}", 0, batch=True)
+        body = batch_body(p.size, p.batch)
+        n = 0
+        t0 = time.perf_counter()
+        deadline = t0 + p.max_seconds
+        while n < p.n_pipe and time.perf_counter() < deadline:
+            cmd = request(RequestCode.SEND_BATCH_MESSAGE, conn.opaque(), ext, body)
+            check(await conn.request(cmd), "batch send")
+            n += p.batch
+        dt = time.perf_counter() - t0
+        return {"msgs_per_s": n / dt}
+
+    return await with_conns(p.port, run)
+
+
+async def consume_pull(p: Params) -> dict[str, float]:
+    topic = f"BenchConsume{p.tag}"
+
+    async def run(pool: ConnPool) -> dict[str, float]:
+        conn = await pool.open()
+        # preload: batches of 100, queues in turn (not timed)
+        body = batch_body(p.size, 100)
+        for i in range(p.backlog // 100):
+            ext = send_ext(topic, i % QUEUES, batch=True)
+            cmd = request(RequestCode.SEND_BATCH_MESSAGE, conn.opaque(), ext, body)
+            check(await conn.request(cmd), "preload")
+        total = (p.backlog // 100) * 100
+        offsets = [0] * QUEUES
+        done = [False] * QUEUES
+        got = 0
+        t0 = time.perf_counter()
+        deadline = t0 + p.max_seconds
+        q = 0
+        while got < total and not all(done) and time.perf_counter() < deadline:
+            if not done[q]:
+                cmd = pull_cmd(topic, q, offsets[q], conn.opaque(), count=p.count)
+                reply = await conn.request(cmd)
+                if reply.code == ResponseCode.SUCCESS:
+                    got += len(decode_records(reply.body))
+                    offsets[q] = PullMessageResponseHeader.from_ext(
+                        reply.ext_fields
+                    ).next_begin_offset
+                elif reply.code in (
+                    ResponseCode.PULL_NOT_FOUND,
+                    ResponseCode.PULL_RETRY_IMMEDIATELY,
+                ):
+                    done[q] = True
+                else:
+                    raise RuntimeError(f"pull: code {reply.code} {reply.remark}")
+            q = (q + 1) % QUEUES
+        dt = time.perf_counter() - t0
+        if got != total:
+            raise RuntimeError(f"drained {got} of {total}")
+        return {"msgs_per_s": got / dt}
+
+    return await with_conns(p.port, run)
+
+
+async def e2e_latency(p: Params) -> dict[str, float]:
+    topic = f"BenchE2E{p.tag}"
+    n = int(p.rate * p.e2e_seconds)
+
+    async def run(pool: ConnPool) -> dict[str, float]:
+        prod = await pool.open()
+        cons = await pool.open()
+        ext = send_ext(topic, 0)
+        filler = b"x" * (p.size - TS_BYTES)
+        # create the topic; the consumer starts after this message
+        prime = request(RequestCode.SEND_MESSAGE_V2, prod.opaque(), ext, make_payload(p.size))
+        check(await prod.request(prime), "prime")
+        lats: list[int] = []
+        all_in = trio.Event()
+        limit = time.monotonic() + p.e2e_seconds + 30
+
+        async def consumer(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            offset = 1
+            task_status.started()
+            while len(lats) < n and time.monotonic() < limit:
+                cmd = pull_cmd(topic, 0, offset, cons.opaque(), count=p.count, suspend_ms=1000)
+                reply = await cons.request(cmd)
+                t = time.monotonic_ns()
+                if reply.code == ResponseCode.SUCCESS:
+                    for m in decode_records(reply.body):
+                        lats.append(t - int.from_bytes(m.body[:TS_BYTES], "big"))
+                    offset = PullMessageResponseHeader.from_ext(reply.ext_fields).next_begin_offset
+                    if len(lats) >= n:
+                        all_in.set()
+                elif reply.code not in (
+                    ResponseCode.PULL_NOT_FOUND,
+                    ResponseCode.PULL_RETRY_IMMEDIATELY,
+                ):
+                    raise RuntimeError(f"pull: code {reply.code} {reply.remark}")
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(consumer)
+            await trio.sleep(0.5)  # the consumer is parked in its long poll
+            interval = 1.0 / p.rate
+            t_start = time.monotonic()
+            for i in range(n):
+                delay = t_start + i * interval - time.monotonic()
+                if delay > 0:
+                    await trio.sleep(delay)
+                body = time.monotonic_ns().to_bytes(TS_BYTES, "big") + filler
+                cmd = request(RequestCode.SEND_MESSAGE_V2, prod.opaque(), ext, body)
+                check(await prod.request(cmd), "send")
+            send_dt = time.monotonic() - t_start
+            with trio.move_on_after(10):
+                await all_in.wait()
+            nursery.cancel_scope.cancel()
+        res = lat_summary_ms(lats[p.warmup :])
+        res["rate_achieved"] = n / send_dt
+        res["received"] = float(len(lats))
+        return res
+
+    return await with_conns(p.port, run)
+
+
+OURS: dict[str, Callable[[Params], Any]] = {
+    "produce_sync": produce_sync,
+    "produce_window": produce_window,
+    "produce_batch": produce_batch,
+    "consume_pull": consume_pull,
+    "e2e_latency": e2e_latency,
+}
+
+
+# ---------------------------------------------------------------- processes
+@contextmanager
+def broker_process(verbose: bool) -> Iterator[tuple[int, int]]:
+    """Run ``python -m broker`` on 127.0.0.1 and a free port; yields (pid, port)."""
+    WORK_DIR.mkdir(exist_ok=True)
+    data_dir = Path(tempfile.mkdtemp(prefix="broker-", dir=WORK_DIR))
+    log_path = data_dir.parent / (data_dir.name + ".log")
+    env = {**os.environ, "TRIMQ_SEGMENT_SIZE": str(256 * 1024 * 1024)}
+    argv = [sys.executable, "-m", "broker", "--host", "127.0.0.1", "--port", "0"]
+    argv += ["--data-dir", str(data_dir)]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=log)
+    try:
+        port = 0
+        deadline = time.monotonic() + 30
+        while not port and time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"broker exited: {log_path.read_text()[-2000:]}")
+            for line in log_path.read_text().splitlines():
+                if "broker started" in line:
+                    try:
+                        port = int(json.loads(line)["port"])
+                    except (ValueError, KeyError):
+                        continue
+            time.sleep(0.1)
+        if not port:
+            raise RuntimeError("broker did not start within 30 s")
+        if verbose:
+            print(f"broker pid {proc.pid} port {port} data {data_dir}", flush=True)
+        yield proc.pid, port
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        shutil.rmtree(data_dir, ignore_errors=True)
+        log_path.unlink(missing_ok=True)
+
+
+def redis_ping() -> bool:
+    try:
+        out = subprocess.run(
+            ["redis-cli", "-h", "127.0.0.1", "-p", str(REDIS_PORT), "ping"],
+            capture_output=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.stdout.strip() == b"PONG"
+
+
+@contextmanager
+def redis_server() -> Iterator[None]:
+    """Use the Redis on :data:`REDIS_PORT`, starting it (and stopping it at the end) if needed."""
+    if redis_ping():
+        yield
+        return
+    if shutil.which("redis-server") is None:
+        subprocess.run(["apt-get", "install", "-y", "redis-server", "redis-tools"], check=True)
+    WORK_DIR.mkdir(exist_ok=True)
+    rdir = Path(tempfile.mkdtemp(prefix="redis-", dir=WORK_DIR))
+    argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(REDIS_PORT), "--save", ""]
+    argv += ["--appendonly", "no", "--daemonize", "yes", "--dir", str(rdir)]
+    argv += ["--pidfile", str(rdir / "redis.pid"), "--logfile", str(rdir / "redis.log")]
+    subprocess.run(argv, check=True, timeout=30)
+    try:
+        deadline = time.monotonic() + 10
+        while not redis_ping() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        yield
+    finally:
+        subprocess.run(
+            ["redis-cli", "-h", "127.0.0.1", "-p", str(REDIS_PORT), "shutdown", "nosave"],
+            capture_output=True,
+            timeout=30,
+        )
+        shutil.rmtree(rdir, ignore_errors=True)
+
+
+REDIS_WORKLOADS = "produce_sync,produce_pipelined,consume_ack,e2e_latency"
+
+
+def run_redis(peer_python: str, size: int, e2e_seconds: float) -> dict[str, dict[str, Any]]:
+    """One round of the Redis Streams peer: workload -> its result row."""
+    script = PEER_BENCH / "redis_streams_bench.py"
+    with tempfile.TemporaryDirectory(dir=WORK_DIR) as tmp:
+        out = Path(tmp) / "redis.jsonl"
+        argv = [peer_python, str(script), "--port", str(REDIS_PORT), "--runs", "1"]
+        argv += ["--lat-runs", "1", "--sizes", str(size), "--workloads", REDIS_WORKLOADS]
+        argv += ["--e2e-seconds", str(e2e_seconds), "--quiet-wait", "0", "--out", str(out)]
+        subprocess.run(argv, cwd=PEER_BENCH, check=True, capture_output=True, timeout=900)
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+    return {str(r["workload"]): r for r in rows}
+
+
+# ---------------------------------------------------------------- report
+#: (our workload, our metric, redis workload, redis metric, aim as (ratio, higher is better))
+ROWS: list[tuple[str, str, str | None, str | None, str]] = [
+    ("produce_sync", "msgs_per_s", "produce_sync", "msgs_per_s", ">=0.8x"),
+    ("produce_sync", "p50_ms", None, None, ""),
+    ("produce_sync", "p99_ms", None, None, ""),
+    ("produce_window", "msgs_per_s", "produce_pipelined", "msgs_per_s", ">=1.0x"),
+    ("produce_batch", "msgs_per_s", "produce_pipelined", "msgs_per_s", ">=1.0x"),
+    ("consume_pull", "msgs_per_s", "consume_ack", "msgs_per_s", ">=1.0x"),
+    ("e2e_latency", "p50_ms", "e2e_latency", "p50_ms", ""),
+    ("e2e_latency", "p90_ms", "e2e_latency", "p90_ms", ""),
+    ("e2e_latency", "p99_ms", "e2e_latency", "p99_ms", "<=5ms"),
+    ("e2e_latency", "max_ms", "e2e_latency", "max_ms", ""),
+]
+
+
+def median_of(rows: list[dict[str, Any]], key: str) -> float:
+    vals = [float(r[key]) for r in rows if key in r]
+    return statistics.median(vals) if vals else float("nan")
+
+
+def verdict(aim: str, ours: float, ratio: float) -> str:
+    if not aim:
+        return ""
+    ok = ours <= float(aim[2:-2]) if aim.endswith("ms") else ratio >= float(aim[2:-1])
+    return "met" if ok else "MISSED"
+
+
+def print_table(
+    size: int,
+    ours: dict[str, list[dict[str, float]]],
+    peer: dict[str, list[dict[str, Any]]],
+    cpu: dict[str, list[float]],
+) -> None:
+    print(f"\n## size {size} B (median of {max(len(v) for v in ours.values())} runs)")
+    print(
+        f"| {'workload':<46} | {'trimq':>10} | {'redis':>10} | {'ratio':>6} | {'aim':>6} | ", end=""
+    )
+    print(f"{'':>6} | {'broker CPU us/msg':>17} |")
+    print("|" + "|".join("-" * (w + 2) for w in (46, 10, 10, 6, 6, 6, 17)) + "|")
+    for wl, metric, pwl, pmetric, aim in ROWS:
+        if wl not in ours:
+            continue
+        o = median_of(ours[wl], metric)
+        r = median_of(peer.get(pwl, []), pmetric) if pwl and pmetric else float("nan")
+        if metric.endswith("_ms"):
+            ratio = r / o if o and not math.isnan(r) else float("nan")  # >1: we are faster
+            fmt = "{:10.3f}"
+        else:
+            ratio = o / r if r and not math.isnan(r) else float("nan")
+            fmt = "{:10.0f}"
+        label = f"{wl} {metric}" + (f" vs {pwl}" if pwl and metric == "msgs_per_s" else "")
+        rs = fmt.format(r) if not math.isnan(r) else f"{'n/a':>10}"
+        us = f"{statistics.median(cpu[wl]):17.1f}" if metric == "msgs_per_s" and cpu[wl] else ""
+        print(
+            f"| {label:<46} | {fmt.format(o)} | {rs} | {ratio:6.2f} | {aim:>6} | "
+            f"{verdict(aim, o, ratio):>6} | {us:>17} |"
+        )
+    print("(ratio: trimq/redis for msgs/s, redis/trimq for latency; >1 = trimq better)")
+
+
+def count_of(p: Params, wl: str) -> int:
+    return {
+        "produce_sync": p.n_sync,
+        "produce_window": p.n_pipe,
+        "produce_batch": p.n_pipe,
+        "consume_pull": p.backlog,
+        "e2e_latency": int(p.rate * p.e2e_seconds),
+    }[wl]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--sizes", default="128")
+    ap.add_argument("--workloads", default=",".join(OURS))
+    ap.add_argument("--n-sync", type=int, default=20000)
+    ap.add_argument("--n-pipe", type=int, default=100000)
+    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--backlog", type=int, default=100000)
+    ap.add_argument("--count", type=int, default=32)
+    ap.add_argument("--rate", type=float, default=1000.0)
+    ap.add_argument("--e2e-seconds", type=float, default=10.0)
+    ap.add_argument("--warmup", type=int, default=500)
+    ap.add_argument("--max-seconds", type=float, default=60.0)
+    ap.add_argument("--no-peer", action="store_true")
+    ap.add_argument("--peer-python", default=str(WORK_DIR / "venv" / "bin" / "python"))
+    ap.add_argument("--out", default=None, help="JSON-lines file for every row")
+    args = ap.parse_args()
+    workloads = [w for w in args.workloads.split(",") if w]
+    peer = not args.no_peer and (PEER_BENCH / "redis_streams_bench.py").exists()
+
+    with broker_process(verbose=True) as (pid, port), redis_server() if peer else _null():
+        for size in [int(s) for s in args.sizes.split(",") if s]:
+            ours: dict[str, list[dict[str, float]]] = {w: [] for w in workloads}
+            cpu: dict[str, list[float]] = {w: [] for w in workloads}
+            theirs: dict[str, list[dict[str, Any]]] = {}
+            for run in range(args.runs):
+                for wl in workloads:
+                    p = Params(
+                        port, size, args.n_sync, args.n_pipe, args.batch, args.backlog,
+                        args.count, args.rate, args.e2e_seconds, args.warmup, args.max_seconds,
+                        f"{size}r{run}",
+                    )  # fmt: skip
+                    c0 = proc_cpu_seconds(pid)
+                    res = trio.run(OURS[wl], p)
+                    # consume_pull includes its (untimed) preload in the CPU figure
+                    cpu[wl].append((proc_cpu_seconds(pid) - c0) * 1e6 / count_of(p, wl))
+                    ours[wl].append(res)
+                    short = {k: round(v, 3) for k, v in res.items()}
+                    print(f"[trimq] {wl} size={size} run={run}: {short}", flush=True)
+                    _write(args.out, {"peer": "trimq", "workload": wl, "size": size, **res})
+                if peer:
+                    rows = run_redis(args.peer_python, size, args.e2e_seconds)
+                    for wl, row in rows.items():
+                        theirs.setdefault(wl, []).append(row)
+                        keys = ("msgs_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms")
+                        short = {k: round(row[k], 3) for k in keys if k in row}
+                        print(f"[redis] {wl} size={size} run={run}: {short}", flush=True)
+                        _write(args.out, row)
+            print_table(size, ours, theirs, cpu)
+
+
+@contextmanager
+def _null() -> Iterator[None]:
+    yield
+
+
+def _write(path: str | None, row: dict[str, Any]) -> None:
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
