@@ -13,7 +13,7 @@ import trio
 
 from broker.connection import Connection, run_writer
 from broker.context import BrokerContext
-from broker.dispatch import dispatch, may_wait
+from broker.dispatch import dispatch
 from broker.logs import get_logger
 from protocol.codes import SerializeType
 from protocol.command import FLAG_RESPONSE, RemotingCommand
@@ -63,19 +63,14 @@ async def _read_requests(
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
         decoder.feed(data)
-        if not await _run_requests(ctx, conn, decoder, nursery) or not data:
+        if not _start_requests(ctx, conn, decoder, nursery) or not data:
             return
 
 
-async def _run_requests(
+def _start_requests(
     ctx: BrokerContext, conn: Connection, decoder: FrameDecoder, nursery: trio.Nursery
 ) -> bool:
-    """Run every complete request; False when the connection must close.
-
-    A request that may wait (a long poll, a send waiting for its fsync in SYNC mode) gets a
-    task of its own, so it never holds up the requests behind it. Every other request is run
-    right here, in the reader: a task per request costs more than most requests do."""
-    sync = ctx.config.flush == "sync"
+    """Start a task for every complete request; False when the connection must close."""
     while True:
         try:
             cmd = decoder.next_command()
@@ -89,10 +84,7 @@ async def _run_requests(
             return True
         if cmd.is_response:
             continue  # answers to our oneway notifications: nothing to do
-        if may_wait(cmd.code, sync=sync):
-            nursery.start_soon(_run_request, ctx, conn, cmd)
-        else:
-            await _run_request(ctx, conn, cmd)
+        nursery.start_soon(_run_request, ctx, conn, cmd)
 
 
 async def _run_request(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand) -> None:
