@@ -39,5 +39,6 @@ class BrokerContext:
     def drained(self) -> bool:
         """No request is running and every reply has been handed to its socket."""
         return self.in_flight == 0 and all(
-            c.send_channel.statistics().current_buffer_used == 0 for c in self.open_connections
+            c.send_channel.statistics().current_buffer_used == 0 and not c.write_lock.locked()
+            for c in self.open_connections
         )

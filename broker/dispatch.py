@@ -26,20 +26,36 @@ Handler = Callable[
 ]
 
 PROCESSORS: dict[int, Handler] = {}
+#: Codes whose handler may wait for long (long polls): always run as their own task.
+PARKING: set[int] = set()
+#: Codes whose handler stores messages: in SYNC mode they wait for an fsync.
+STORING: set[int] = set()
 _log = get_logger("dispatch")
 
 
-def processor(*codes: int) -> Callable[[Handler], Handler]:
-    """Register the decorated handler for ``codes``."""
+def processor(
+    *codes: int, parks: bool = False, stores: bool = False
+) -> Callable[[Handler], Handler]:
+    """Register the decorated handler for ``codes``; ``parks``: it may hold the request (a
+    long poll); ``stores``: it waits for durability in SYNC mode."""
 
     def register(handler: Handler) -> Handler:
         for code in codes:
             if code in PROCESSORS and PROCESSORS[code] is not handler:
                 raise ValueError(f"request code {code} already has a processor")
             PROCESSORS[int(code)] = handler
+            if parks:
+                PARKING.add(int(code))
+            if stores:
+                STORING.add(int(code))
         return handler
 
     return register
+
+
+def may_wait(code: int, *, sync: bool) -> bool:
+    """Whether a request with ``code`` may wait long enough to need a task of its own."""
+    return code in PARKING or (sync and code in STORING)
 
 
 async def dispatch(

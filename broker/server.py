@@ -13,7 +13,7 @@ import trio
 
 from broker.connection import Connection, run_writer
 from broker.context import BrokerContext
-from broker.dispatch import dispatch
+from broker.dispatch import dispatch, may_wait
 from broker.logs import get_logger
 from protocol.codes import SerializeType
 from protocol.command import FLAG_RESPONSE, RemotingCommand
@@ -33,11 +33,11 @@ async def handle_connection(ctx: BrokerContext, stream: trio.SocketStream) -> No
     ctx.connections += 1
     peer = _peer(stream)
     send, receive = trio.open_memory_channel[RemotingCommand](ctx.config.write_queue)
-    conn = Connection(peer, send)
+    conn = Connection(peer, send, stream, ctx.config.max_frame_size)
     ctx.open_connections.add(conn)
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(run_writer, stream, receive, ctx.config.max_frame_size)
+            nursery.start_soon(run_writer, conn, stream, receive, ctx.config.max_frame_size)
             try:
                 await _read_requests(ctx, conn, stream, nursery)
             finally:
@@ -63,14 +63,19 @@ async def _read_requests(
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
         decoder.feed(data)
-        if not _start_requests(ctx, conn, decoder, nursery) or not data:
+        if not await _run_requests(ctx, conn, decoder, nursery) or not data:
             return
 
 
-def _start_requests(
+async def _run_requests(
     ctx: BrokerContext, conn: Connection, decoder: FrameDecoder, nursery: trio.Nursery
 ) -> bool:
-    """Start a task for every complete request; False when the connection must close."""
+    """Run every complete request; False when the connection must close.
+
+    A request that may wait (a long poll, a send waiting for its fsync in SYNC mode) gets a
+    task of its own, so it never holds up the requests behind it. Every other request is run
+    right here, in the reader: a task per request costs more than most requests do."""
+    sync = ctx.config.flush == "sync"
     while True:
         try:
             cmd = decoder.next_command()
@@ -84,15 +89,22 @@ def _start_requests(
             return True
         if cmd.is_response:
             continue  # answers to our oneway notifications: nothing to do
-        nursery.start_soon(_run_request, ctx, conn, cmd)
+        if may_wait(cmd.code, sync=sync):
+            nursery.start_soon(_run_request, ctx, conn, cmd)
+        else:
+            # The last request of a burst writes its reply itself; earlier ones queue theirs
+            # so that the writer sends the burst's replies in one write.
+            await _run_request(ctx, conn, cmd, direct=decoder.buffered < 8)
 
 
-async def _run_request(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand) -> None:
+async def _run_request(
+    ctx: BrokerContext, conn: Connection, cmd: RemotingCommand, *, direct: bool = True
+) -> None:
     ctx.in_flight += 1
     try:
         reply = await dispatch(ctx, conn, cmd)
         if reply is not None:
-            await conn.send(reply)
+            await conn.send(reply, direct=direct)
     finally:
         # Only once the reply is queued: a graceful stop waits for in_flight == 0 and then
         # for the writers to drain their queues.

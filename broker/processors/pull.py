@@ -184,7 +184,7 @@ def hold_seconds(ctx: BrokerContext, header: PullMessageRequestHeader) -> float:
 
 # LITE_PULL_MESSAGE (361) carries the same header and is served by the same processor class in
 # RocketMQ (its own thread pool there, which trio does not need).
-@processor(RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE)
+@processor(RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE, parks=True)
 async def pull_message(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:

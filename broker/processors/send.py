@@ -182,7 +182,7 @@ async def store_message(
     return result, scheduled[0]
 
 
-@processor(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
+@processor(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, stores=True)
 async def send_message(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -200,7 +200,7 @@ async def send_message(
     return _reply(cmd, result, queue_id)
 
 
-@processor(RequestCode.SEND_BATCH_MESSAGE)
+@processor(RequestCode.SEND_BATCH_MESSAGE, stores=True)
 async def send_batch(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Store every message of a batch in one queue; msgIds and UNIQ_KEYs comma-joined."""
     header = decode_request_header(cmd)

@@ -30,7 +30,7 @@ from protocol.properties import (
 )
 
 
-@processor(RequestCode.CONSUMER_SEND_MSG_BACK)
+@processor(RequestCode.CONSUMER_SEND_MSG_BACK, stores=True)
 async def send_back(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Re-queue a failed message on the group's retry topic, or dead-letter it."""
     header = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
