@@ -19,6 +19,16 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from protocol.properties import (
+    DELAY,
+    REAL_QID,
+    REAL_TOPIC,
+    TIMER_DELAY_MS,
+    TIMER_DELAY_SEC,
+    TIMER_DELIVER_MS,
+    TIMER_OUT_MS,
+)
+
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 #: RocketMQ's ``messageDelayLevel``.
 DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -158,14 +168,14 @@ def delivery_time(properties: Mapping[str, str], now_ms: int) -> tuple[int, int]
     Raises:
         ValueError: a delay or time that is not a number, or too far ahead.
     """
-    level = properties.get("DELAY")
+    level = properties.get(DELAY)
     if level and level != "0":
         n = int(level)
         return (min(max(n, 1), MAX_LEVEL) - 1, now_ms + level_delay_ms(n)) if n > 0 else None
     for name, scale, absolute in (
-        ("TIMER_DELIVER_MS", 1, True),
-        ("TIMER_DELAY_SEC", 1000, False),
-        ("TIMER_DELAY_MS", 1, False),
+        (TIMER_DELIVER_MS, 1, True),
+        (TIMER_DELAY_SEC, 1000, False),
+        (TIMER_DELAY_MS, 1, False),
     ):
         raw = properties.get(name)
         if raw:
@@ -176,7 +186,7 @@ def delivery_time(properties: Mapping[str, str], now_ms: int) -> tuple[int, int]
     return None
 
 
-TIMER_PROPERTIES: Iterable[str] = (
-    "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_OUT_MS",
-    "REAL_TOPIC", "REAL_QID",
-)  # fmt: skip
+#: Properties that ask for delayed delivery.
+DELAY_PROPERTIES = (DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS)
+#: Properties of a scheduled record that its delivered copy must not carry.
+TIMER_PROPERTIES = frozenset({*DELAY_PROPERTIES, TIMER_OUT_MS, REAL_TOPIC, REAL_QID})

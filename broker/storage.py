@@ -54,7 +54,7 @@ class Storage:
         may still be delivered: at-least-once, as with a producer retry).
         """
         result = self.store.put_nowait(msg)
-        if not result.ok or await self._durable(result.end_offset):
+        if not result.ok or await self.wait_durable(result.end_offset):
             return result
         return PutResult(PutStatus.DISK_ERROR, remark=self.store.stats.last_disk_error)
 
@@ -73,16 +73,11 @@ class Storage:
             results.append(result)
             if not result.ok:
                 return results
-        if results and not await self._durable(results[-1].end_offset):
+        if results and not await self.wait_durable(results[-1].end_offset):
             results.append(PutResult(PutStatus.DISK_ERROR, remark=self.store.stats.last_disk_error))
         return results
 
     async def wait_durable(self, end_offset: int) -> bool:
-        """Wait until the log is durable up to ``end_offset`` (at once in ASYNC mode); False
-        when the fsync failed."""
-        return await self._durable(end_offset)
-
-    async def _durable(self, end_offset: int) -> bool:
         """Wait until the log is durable up to ``end_offset`` (at once in ASYNC mode); False
         when the fsync failed."""
         if self.store.config.flush_mode is FlushMode.ASYNC:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from broker.connection import Connection
 from broker.context import BrokerContext
 from broker.dispatch import processor
-from broker.schedule import SCHEDULE_TOPIC, delivery_time
+from broker.schedule import DELAY_PROPERTIES, SCHEDULE_TOPIC, delivery_time
 from broker.store.api import MessageToStore, PutResult, PutStatus
 from broker.topics import DEFAULT_TOPIC
 from protocol.batch import decode_batch
@@ -35,19 +35,14 @@ from protocol.naming import (
     validate_topic,
 )
 from protocol.properties import (
-    DELAY,
     REAL_QID,
     REAL_TOPIC,
-    TIMER_DELAY_MS,
-    TIMER_DELAY_SEC,
-    TIMER_DELIVER_MS,
     TIMER_OUT_MS,
     UNIQ_KEY,
     decode_properties,
     encode_properties,
 )
 
-_DELAYED = (DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS)
 _round_robin = itertools.count()
 
 _STATUS_CODES: Mapping[PutStatus, int] = {
@@ -120,7 +115,7 @@ def _born_host(conn: Connection) -> tuple[str, int]:
 
 def _check_delay(properties: Mapping[str, str]) -> None:
     """Batches cannot be delayed (RocketMQ refuses them too)."""
-    for name in _DELAYED:
+    for name in DELAY_PROPERTIES:
         value = properties.get(name)
         if value and value not in ("0", "-1"):
             raise _fail(

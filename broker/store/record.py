@@ -28,7 +28,6 @@ from protocol.message import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
 )
-from protocol.msgid import ip_to_bytes
 from protocol.properties import CRC32, MAX_PROPERTIES_SIZE, encode_properties
 
 CRC_TAIL_SIZE = len(CRC32) + 1 + 10 + 1  # RocketMQ's CRC32_RESERVED_LEN
@@ -146,15 +145,6 @@ def topic_prefix(topic: str) -> tuple[bytes, int]:
     if len(data) > 0x7FFF:
         raise EncodeError(f"topic of {len(data)} bytes is too long")
     return _I16.pack(len(data)) + data, MESSAGE_MAGIC_V2
-
-
-def ip_bytes(ip: str) -> bytes:
-    """Packed address of ``ip`` (cached by ``protocol.msgid``).
-
-    Raises:
-        EncodeError: not an IPv4 or IPv6 address.
-    """
-    return ip_to_bytes(ip)
 
 
 # ------------------------------------------------------------------ validation

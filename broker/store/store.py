@@ -43,7 +43,7 @@ from broker.store.files import AbortMarker, DirectoryLock
 from broker.store.index import KeyIndex
 from broker.store.offsets import ConsumerOffsets
 from broker.store.reads import read_queue, record_at, records_with_key, store_timestamp_at
-from broker.store.record import build_parts, encode_props, ip_bytes, topic_prefix
+from broker.store.record import build_parts, encode_props, topic_prefix
 from broker.store.tickets import CheckpointTicket, FlushTicket, Pending, StoreStats
 from protocol.errors import EncodeError
 from protocol.message import (
@@ -52,6 +52,7 @@ from protocol.message import (
     SYSFLAG_TRANSACTION_ROLLBACK,
     decode_record,
 )
+from protocol.msgid import ip_to_bytes
 from protocol.naming import is_valid_topic
 from protocol.properties import (
     CRC32,
@@ -110,7 +111,7 @@ class MessageStore:
         self._tag_codes: dict[str, int] = {}
         self._async = config.flush_mode is FlushMode.ASYNC
         self._pending: list[Pending] = []
-        self._store_ip = ip_bytes(config.store_host[0])
+        self._store_ip = ip_to_bytes(config.store_host[0])
         self._store_port = config.store_host[1]
         self._store_family = (len(self._store_ip) == 16) << 1
         self.durable_offset = 0
@@ -254,7 +255,7 @@ class MessageStore:
     def _pack_ip(self, ip: str) -> bytes:
         if len(self._ips) >= 4096:  # bounded: producers' addresses, usually few
             self._ips.clear()
-        packed = self._ips[ip] = ip_bytes(ip)
+        packed = self._ips[ip] = ip_to_bytes(ip)
         return packed
 
     def _tag_code(self, tags: str) -> int:
