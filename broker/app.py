@@ -19,14 +19,19 @@ import broker.processors  # noqa: F401
 from broker.config import BrokerConfig
 from broker.consumers import ConsumerManager
 from broker.context import BrokerContext
+from broker.deadlines import DeadlineLoop
 from broker.logs import get_logger
-from broker.longpoll import PullHub
+from broker.longpoll import Arrivals, PullHub
+from broker.metrics import MetricsWriter
+from broker.pop.hub import PopHub, WakeMode
+from broker.pop.service import PopService
 from broker.schedule import SCHEDULE_TOPIC
 from broker.server import handle_connection
-from broker.storage import serve_storage
+from broker.storage import Storage, serve_storage
 from broker.store.store import MessageStore
 from broker.timers import SCHEDULE_QUEUES, TimerService
 from broker.topics import TopicManager
+from protocol.naming import V1RetryNames
 
 _log = get_logger("broker")
 #: How long a stop waits for requests in flight before cutting connections.
@@ -47,11 +52,36 @@ class BrokerHandle:
         store (flush + clean checkpoint)."""
         self.ctx.shutting_down.set()
         self.ctx.pull_hub.wake_all()
+        if self.ctx.pop is not None:
+            self.ctx.pop.hub.wake_all()
         for _ in range(int(DRAIN_SECONDS / 0.01)):  # bounded: at most DRAIN_SECONDS
             if self.ctx.drained():
                 break
             await trio.sleep(0.01)
         self._cancel.cancel()
+
+
+def open_pop(
+    config: BrokerConfig,
+    storage: Storage,
+    topics: TopicManager,
+    hub: PopHub,
+    v1_names: V1RetryNames,
+    metrics: MetricsWriter,
+) -> PopService:
+    """Recover the pop in-flight state (``<data-dir>/pop``) and wire the pop service."""
+    return PopService.open(
+        config.data_dir / "pop",
+        storage,
+        topics,
+        hub,
+        broker_name=config.broker_name,
+        retry_v2=config.retry_naming == "v2",
+        max_reconsume=lambda group: config.max_reconsume_times,
+        fsync=config.flush == "sync",
+        metrics=metrics,
+        v1_names=v1_names,
+    )
 
 
 async def serve_broker(
@@ -62,7 +92,9 @@ async def serve_broker(
     port = listeners[0].socket.getsockname()[1]
     address = config.advertised(port)
     hub = PullHub()
-    store = MessageStore.open(config.store_config(port), hub)
+    v1_names = V1RetryNames()
+    pop_hub = PopHub(WakeMode(config.wake_mode), v1_owner=v1_names.owner)
+    store = MessageStore.open(config.store_config(port), Arrivals(hub, pop_hub))
     topics = TopicManager(config.data_dir / "config" / "topics.json",
                           default_queue_nums=config.default_queue_nums)  # fmt: skip
     for topic, queue_ids in store.topics().items():
@@ -70,13 +102,24 @@ async def serve_broker(
     async with trio.open_nursery() as outer:
         storage = await outer.start(serve_storage, store)
         ctx = BrokerContext(config, store, storage, topics, ConsumerManager(), hub, address)
+        ctx.metrics = MetricsWriter(config.metrics_dir or config.data_dir / "metrics",
+                                    broker=config.broker_name,
+                                    wake_mode=lambda: pop_hub.wake_mode.value)  # fmt: skip
+        deadlines = DeadlineLoop()
         ctx.timers = TimerService(storage, topics, config.data_dir / "config" / "schedule.json")
+        ctx.timers.poke = deadlines.poke
         topics.ensure_queues(SCHEDULE_TOPIC, SCHEDULE_QUEUES)
         ctx.timers.load()
         storage.before_checkpoint.append(ctx.timers.before_checkpoint)
+        ctx.pop = open_pop(config, storage, topics, pop_hub, v1_names, ctx.metrics)
+        ctx.pop.revive.poke = deadlines.poke
+        storage.before_checkpoint.append(ctx.pop.before_checkpoint)
+        deadlines.add(ctx.timers)
+        deadlines.add(ctx.pop.revive)
         with trio.CancelScope() as scope:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(ctx.timers.run)
+                nursery.start_soon(deadlines.run)
+                nursery.start_soon(ctx.metrics.run)
                 await nursery.start(
                     partial(trio.serve_listeners, partial(handle_connection, ctx), listeners)
                 )
@@ -84,5 +127,7 @@ async def serve_broker(
                           data_dir=str(config.data_dir), flush=config.flush)  # fmt: skip
                 task_status.started(BrokerHandle(port, address, ctx, scope))
         hub.wake_all()
-        outer.cancel_scope.cancel()  # serve_storage flushes and closes the store
+        pop_hub.wake_all()
+        outer.cancel_scope.cancel()  # serve_storage flushes, snapshots pop state, closes
+    ctx.pop.close()
     _log.info("broker stopped", address=address)

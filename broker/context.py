@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -11,9 +12,13 @@ from broker.connection import Connection
 from broker.consumers import ConsumerManager
 from broker.locks import RebalanceLocks
 from broker.longpoll import PullHub
+from broker.metrics import MetricsWriter
 from broker.storage import Storage
 from broker.store.store import MessageStore
 from broker.timers import TimerService
+
+if TYPE_CHECKING:
+    from broker.pop.service import PopService
 from broker.topics import TopicManager
 
 
@@ -30,6 +35,8 @@ class BrokerContext:
     #: ``host:port`` this broker puts into routes.
     address: str
     timers: TimerService | None = None
+    pop: PopService | None = None
+    metrics: MetricsWriter | None = None
     shutting_down: trio.Event = field(default_factory=trio.Event)
     rebalance_locks: RebalanceLocks = field(default_factory=RebalanceLocks)
     open_connections: set[Connection] = field(default_factory=set)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import trio
 
+from broker.store.api import ArrivalListener
+
 QueueKey = tuple[str, int]
 
 
@@ -82,3 +84,23 @@ class PullHub:
             for waiter in waiters:
                 waiter.event.set()
             waiters.clear()
+
+
+class Arrivals:
+    """Fans the store's single arrival callback out to several hubs (pulls and pops)."""
+
+    def __init__(self, *listeners: ArrivalListener) -> None:
+        self.listeners = listeners
+
+    def arriving(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        tags_code: int,
+        store_timestamp: int,
+        properties: Mapping[str, str],
+    ) -> None:
+        """Tell every listener (each guards its own errors; the store guards the rest)."""
+        for listener in self.listeners:
+            listener.arriving(topic, queue_id, queue_offset, tags_code, store_timestamp, properties)

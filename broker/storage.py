@@ -77,10 +77,15 @@ class Storage:
             results.append(PutResult(PutStatus.DISK_ERROR, remark=self.store.stats.last_disk_error))
         return results
 
-    async def wait_durable(self, end_offset: int) -> bool:
-        """Wait until the log is durable up to ``end_offset`` (at once in ASYNC mode); False
-        when the fsync failed."""
-        if self.store.config.flush_mode is FlushMode.ASYNC:
+    async def wait_durable(self, end_offset: int, *, even_async: bool = False) -> bool:
+        """Wait until the log is durable up to ``end_offset`` (at once in ASYNC mode unless
+        ``even_async``, which asks for a flush now and waits for it); False when the fsync
+        failed.
+
+        ``even_async`` serves state kept outside the log that must never be ahead of it
+        (a pop lease journaled as revived only once its retry copy is on disk).
+        """
+        if self.store.config.flush_mode is FlushMode.ASYNC and not even_async:
             return True
         if self.store.durable_offset >= end_offset:
             return True

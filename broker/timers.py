@@ -1,8 +1,8 @@
 """The timer service: delivers delayed and timer messages at their exact time.
 
-One deadline-driven task (no scanning, no per-level polling: RocketMQ's
-``ScheduleMessageService`` re-checks every level every 100 ms) sleeps until the earliest
-delivery time in :class:`broker.schedule.Schedule`, then copies each due record from
+A source of the broker's one deadline loop (:mod:`broker.deadlines`; no scanning, no
+per-level polling: RocketMQ's ``ScheduleMessageService`` re-checks every level every 100 ms):
+at the earliest delivery time in :class:`broker.schedule.Schedule` it copies each due record from
 ``SCHEDULE_TOPIC_XXXX`` to its real topic and queue. Progress is written to
 ``config/schedule.json`` just before every store checkpoint (so the checkpoint is never newer
 than it); after a crash, delivered copies written since the checkpoint are found in the
@@ -63,7 +63,8 @@ class TimerService:
         self.path = path
         self.clock_ms = clock_ms
         self.schedule = Schedule()
-        self._changed = trio.Event()
+        #: Tells the deadline loop about a new deadline (set by :class:`DeadlineLoop`).
+        self.poke: Callable[[], None] = lambda: None
         self._in_flight: dict[tuple[int, int], int] = {}  # (queue, offset) -> copy's end
         self.delivered = 0
 
@@ -110,22 +111,24 @@ class TimerService:
     def scheduled(self, result: PutResult, queue_id: int, deliver_ms: int) -> None:
         """A message was stored in SCHEDULE_TOPIC_XXXX: deliver it at ``deliver_ms``."""
         self.schedule.add(Due(deliver_ms, queue_id, result.queue_offset))
-        self._changed.set()
+        self.poke()
 
-    async def run(self) -> None:
-        """Sleep until the earliest delivery time (or a new earlier one), deliver, repeat."""
-        while True:
-            deadline = self.schedule.next_deadline()
-            wait_s = float("inf") if deadline is None else (deadline - self.clock_ms()) / 1000
-            if wait_s > 0:
-                with trio.move_on_after(wait_s):
-                    await self._changed.wait()
-                self._changed = trio.Event()
-            for due in self.schedule.pop_due(self.clock_ms()):
-                # Shielded: a copy written but not marked delivered would fire again after
-                # a clean restart. A delivery waits at most for one fsync.
-                with trio.CancelScope(shield=True):
-                    await self._deliver(due)
+    def next_deadline_ms(self) -> int | None:
+        """The earliest delivery time (a :class:`~broker.deadlines.DeadlineSource`)."""
+        return self.schedule.next_deadline()
+
+    def fire_due(self, now_ms: int, nursery: trio.Nursery) -> None:
+        """Deliver every due record, in a task (each delivery may wait for an fsync)."""
+        dues = self.schedule.pop_due(now_ms)
+        if dues:
+            nursery.start_soon(self._deliver_all, dues)
+
+    async def _deliver_all(self, dues: list[Due]) -> None:
+        for due in dues:
+            # Shielded: a copy written but not marked delivered would fire again after
+            # a clean restart. A delivery waits at most for one fsync.
+            with trio.CancelScope(shield=True):
+                await self._deliver(due)
 
     async def _deliver(self, due: Due) -> None:
         got = self.store.get(SCHEDULE_TOPIC, due.queue_id, due.queue_offset, 1)
@@ -161,6 +164,7 @@ class TimerService:
         else:
             _log.warning("scheduled delivery failed; retrying", topic=topic, remark=result.remark)
             self.schedule.retry(due, self.clock_ms() + RETRY_DELAY_MS)
+            self.poke()
 
     # ------------------------------------------------------------------ persistence
     def before_checkpoint(self) -> Callable[[], None]:

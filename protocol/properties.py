@@ -65,6 +65,9 @@ CRC32 = "__CRC32#"
 #: trimq's own: the original topic of a pop-retry message. RocketMQ's ``develop`` has no such
 #: constant (it exists only in the unmerged PR #9637), so trimq names it itself.
 ORIGIN_TOPIC = "ORIGIN_TOPIC"
+#: trimq: when a pop retry message's original lease expired (epoch ms), so the delay from the
+#: deadline to redelivery can be measured by broker and clients alike.
+REVIVE_DEADLINE_MS = "REVIVE_DEADLINE_MS"
 
 #: Separator of several keys in :data:`KEYS` (``MessageConst.KEY_SEPARATOR``).
 KEY_SEPARATOR = " "

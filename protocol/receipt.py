@@ -386,3 +386,33 @@ def order_count_for(
     Java client (``MQClientAPIImpl.processPopResponse``)."""
     found = counts.get(QueueKey(flag, queue_id, queue_offset))
     return counts.get(QueueKey(flag, queue_id)) if found is None else found
+
+
+# ------------------------------------------------------------------ a pop response's receipts
+def pop_receipt(
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    properties: Mapping[str, str],
+    *,
+    pop_time: int,
+    invisible_time: int,
+    revive_qid: int,
+    start_offsets: Mapping[QueueKey, int],
+    broker_name: str,
+) -> ExtraInfo:
+    """The receipt of one message of a POP response, as the Java client builds it
+    (``MQClientAPIImpl.processPopResponse``): the record's own ``POP_CK`` when it carries one
+    (a retried message), else one built from the response header and ``startOffsetInfo``
+    (keyed by the record's topic kind and queue; the message offset itself when absent).
+
+    Raises:
+        ReceiptError: the record's ``POP_CK`` is malformed.
+    """
+    own = properties.get("POP_CK")
+    if own:
+        return ExtraInfo.decode(own)
+    flag = RetryFlag.of_topic(topic)
+    ck = start_offsets.get(QueueKey(flag, queue_id), queue_offset)
+    return ExtraInfo(ck, pop_time, invisible_time, revive_qid, flag, broker_name, queue_id,
+                     queue_offset)  # fmt: skip

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from broker.processors import (
+    ack,
     admin,
     client,
     lock,
     offsets,
+    pop,
     pull,
     query,
     route,
@@ -14,4 +16,16 @@ from broker.processors import (
     sendback,
 )
 
-__all__ = ["admin", "client", "lock", "offsets", "pull", "query", "route", "send", "sendback"]
+__all__ = [
+    "ack",
+    "admin",
+    "client",
+    "lock",
+    "offsets",
+    "pop",
+    "pull",
+    "query",
+    "route",
+    "send",
+    "sendback",
+]

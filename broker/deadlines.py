@@ -1,0 +1,75 @@
+"""One deadline-driven task for everything that happens at a time: scheduled (delay/timer)
+deliveries and pop revives.
+
+Each source keeps its own heap and answers :meth:`DeadlineSource.next_deadline_ms`; the loop
+sleeps until the earliest of them (or until a source :meth:`DeadlineLoop.poke`\\ s it about an
+earlier one) and lets every due source fire. No scanning and no fixed tick, unlike RocketMQ's
+100 ms schedule checks and 1 s revive rounds (weak spots 4 and 6). Firing is synchronous and
+quick; a source that must wait (for an fsync) starts a task in the nursery it is given, so a
+slow disk never delays another source's deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import trio
+
+
+def now_ms() -> int:
+    """Wall clock in epoch milliseconds (deadlines are epoch ms: they survive restarts)."""
+    return time.time_ns() // 1_000_000
+
+
+class DeadlineSource(Protocol):
+    """Something with deadlines."""
+
+    def next_deadline_ms(self) -> int | None:
+        """The earliest pending deadline, epoch ms, or None."""
+
+    def fire_due(self, now_ms: int, nursery: trio.Nursery) -> None:
+        """Act on everything due by ``now_ms``; start tasks in ``nursery`` for waiting."""
+
+
+class DeadlineLoop:
+    """Sleeps until the earliest deadline of its sources (see the module docstring)."""
+
+    def __init__(self, clock_ms: Callable[[], int] = now_ms) -> None:
+        self.clock_ms = clock_ms
+        self.sources: list[DeadlineSource] = []
+        self._changed = trio.Event()
+        self.rounds = 0
+
+    def add(self, source: DeadlineSource) -> None:
+        """Serve ``source`` from now on."""
+        self.sources.append(source)
+        self.poke()
+
+    def poke(self) -> None:
+        """A source has a new (maybe earlier) deadline: recompute the sleep."""
+        self._changed.set()
+
+    def next_deadline_ms(self) -> int | None:
+        """The earliest deadline of all sources."""
+        deadlines = [d for s in self.sources if (d := s.next_deadline_ms()) is not None]
+        return min(deadlines, default=None)
+
+    async def run(self) -> None:
+        """Serve deadlines until cancelled."""
+        async with trio.open_nursery() as nursery:
+            while True:
+                deadline = self.next_deadline_ms()
+                wait_s = float("inf") if deadline is None else (deadline - self.clock_ms()) / 1000
+                if wait_s > 0:
+                    with trio.move_on_after(wait_s):
+                        await self._changed.wait()
+                self._changed = trio.Event()
+                now = self.clock_ms()
+                for source in self.sources:
+                    due = source.next_deadline_ms()
+                    if due is not None and due <= now:
+                        source.fire_due(now, nursery)
+                self.rounds += 1
+                await trio.lowlevel.checkpoint()

@@ -1,0 +1,330 @@
+"""Latency events as JSON Lines, written off the hot path (DESIGN.md §8).
+
+A request handler only appends a tuple to a list (:meth:`MetricsWriter.emit`); serializing and
+writing happen later, in a worker thread, so measuring never slows or blocks what it measures.
+When the buffer is full events are dropped and counted instead of back-pressuring requests.
+
+:data:`FIELDS` is the one schema definition for the broker side (writer, Prometheus export,
+reader checks). trio is imported only inside :meth:`MetricsWriter.run`, so the schema imports
+without it. ``analytics/`` may not import ``broker`` (DESIGN.md §2), so a reader there mirrors it.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from broker.logs import get_logger
+
+_log = get_logger("metrics")
+
+SCHEMA_VERSION = 1
+#: The schema, in line order: every line carries every field (``null`` when not applicable),
+#: so readers such as Spark get a fixed schema. Types: ``int float str bool``, ``|null``.
+FIELDS: tuple[tuple[str, str], ...] = (
+    ("v", "int"),
+    ("ts_ms", "float"),
+    ("kind", "str"),
+    ("broker", "str"),
+    ("topic", "str"),
+    ("group", "str|null"),
+    ("queue", "int|null"),
+    ("latency_ms", "float"),
+    ("wake_mode", "str"),
+    ("found", "bool|null"),
+    ("retry_topic", "str|null"),
+    ("origin_topic", "str|null"),
+    ("reconsume_times", "int|null"),
+)
+FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in FIELDS)
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "float": (float, int),
+    "str": (str,),
+    "bool": (bool,),
+    "null": (type(None),),
+}
+_HOUR_MS = 3_600_000
+_LOG_EVERY_S = 60.0
+_Row = tuple[Any, ...]  # values in FIELDS order
+
+
+class EventKind(enum.StrEnum):
+    """What span ``latency_ms`` measures (DESIGN.md §8 explains each)."""
+
+    STORE = "store"
+    PULL_WAIT = "pull_wait"
+    POP_WAIT = "pop_wait"
+    WAKEUP = "wakeup"
+    REVIVE = "revive"
+    REDELIVER = "redeliver"
+    ACK = "ack"
+    E2E = "e2e"
+    DLQ = "dlq"
+
+
+def is_valid_event(obj: object) -> bool:
+    """Whether ``obj`` (a parsed line) has every field of :data:`FIELDS` with its type."""
+    if not isinstance(obj, dict) or obj.get("kind") not in EventKind._value2member_map_:
+        return False
+    for name, spec in FIELDS:
+        value = obj.get(name, ...)
+        allowed = tuple(t for part in spec.split("|") for t in _PY_TYPES[part])
+        # bool is an int subclass: only a "bool" field may hold one.
+        if not isinstance(value, allowed) or (isinstance(value, bool) and "bool" not in spec):
+            return False
+    return bool(obj["v"] == SCHEMA_VERSION)
+
+
+@dataclass
+class ReadStats:
+    """Counts from :func:`read_events`, so a caller can tell a clean file from a damaged one."""
+
+    good: int = 0
+    bad: int = 0
+
+
+def read_events(path: Path, stats: ReadStats | None = None) -> Iterator[dict[str, Any]]:
+    """Yield the valid events of a file (or of a directory's ``events-*.jsonl``, in name order).
+
+    A crash can leave a torn last line, so bad lines are skipped and counted, never raised.
+    """
+    stats = stats if stats is not None else ReadStats()
+    files = sorted(path.glob("events-*.jsonl")) if path.is_dir() else [path]
+    for file in files:
+        with file.open("rb") as f:
+            for raw in f:
+                if not raw.strip():
+                    continue
+                try:
+                    obj: Any = json.loads(raw)
+                except ValueError:
+                    obj = None
+                if is_valid_event(obj):
+                    stats.good += 1
+                    yield obj
+                else:
+                    stats.bad += 1
+
+
+@dataclass(frozen=True)
+class MetricsStats:
+    """A snapshot of the writer's counters."""
+
+    written: int
+    dropped: int
+    write_errors: int
+    buffered: int
+
+
+def _wall_ms() -> float:
+    return time.time_ns() / 1e6
+
+
+def _constant(value: str) -> Callable[[], str]:
+    return lambda: value
+
+
+class MetricsWriter:
+    """Buffers events on the trio thread; writes them hourly-rotated and size-capped.
+
+    Files are ``<dir>/events-<broker>-<pid>-<YYYYMMDDHH>[-<n>].jsonl`` (UTC hour of the event):
+    the pid keeps two processes from interleaving lines in one file, ``-<n>`` continues a file
+    that reached ``max_file_bytes``. When all event files in the directory exceed
+    ``max_total_bytes``, this broker's oldest files are deleted.
+    """
+
+    def __init__(
+        self,
+        directory: Path | None,
+        *,
+        broker: str,
+        wake_mode: Callable[[], str] | str,
+        clock_ms: Callable[[], float] = _wall_ms,
+        max_buffer: int = 100_000,
+        max_file_bytes: int = 64 * 1024 * 1024,
+        max_total_bytes: int = 1024 * 1024 * 1024,
+    ) -> None:
+        self.directory = directory
+        self.broker = broker
+        self._wake_mode = wake_mode if callable(wake_mode) else _constant(wake_mode)
+        self._clock_ms = clock_ms
+        self.max_buffer = max_buffer
+        self.max_file_bytes = max_file_bytes
+        self.max_total_bytes = max_total_bytes
+        self._buffer: list[_Row] = []
+        self._lock = threading.Lock()  # one writer at a time: run()'s thread or flush_nowait()
+        self._pid = os.getpid()
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", broker) or "_"
+        self._prefix = f"events-{safe}-{self._pid}-"
+        self._own = re.compile(rf"events-{re.escape(safe)}-\d+-(\d{{10}})(?:-(\d+))?\.jsonl")
+        self._parts: dict[int, tuple[int, int]] = {}  # hour -> (part, bytes in that part)
+        self._current: Path | None = None
+        self._written = 0
+        self._dropped_full = 0  # touched only by the trio thread (emit)
+        self._dropped_write = 0  # touched only under _lock
+        self._write_errors = 0
+        self._last_log = -_LOG_EVERY_S
+        self._unlogged = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.directory is not None
+
+    @property
+    def stats(self) -> MetricsStats:
+        dropped = self._dropped_full + self._dropped_write
+        return MetricsStats(self._written, dropped, self._write_errors, len(self._buffer))
+
+    def emit(
+        self,
+        kind: EventKind,
+        *,
+        topic: str,
+        latency_ms: float,
+        group: str | None = None,
+        queue: int | None = None,
+        found: bool | None = None,
+        retry_topic: str | None = None,
+        origin_topic: str | None = None,
+        reconsume_times: int | None = None,
+    ) -> None:
+        """Record one event: a tuple append, no JSON, no I/O; drop (counted) when full."""
+        if self.directory is None:
+            return
+        if len(self._buffer) >= self.max_buffer:
+            self._dropped_full += 1
+            return
+        self._buffer.append(
+            (SCHEMA_VERSION, float(self._clock_ms()), kind, self.broker, topic, group, queue,
+             float(latency_ms), self._wake_mode(), found, retry_topic, origin_topic,
+             reconsume_times)
+        )  # fmt: skip
+
+    def _take(self) -> list[_Row]:
+        batch, self._buffer = self._buffer, []
+        return batch
+
+    def flush_nowait(self) -> int:
+        """Write everything buffered now, on this thread; return how many events were written."""
+        return self._write(self._take())
+
+    async def run(self, interval: float = 0.2, *, stop_timeout: float = 5.0) -> None:
+        """Flush every ``interval`` seconds in a worker thread until cancelled.
+
+        On cancellation what is still buffered is written in a shielded scope, given at most
+        ``stop_timeout`` seconds so a hung disk cannot hang the broker's shutdown.
+        """
+        import trio  # here, so that the schema above is importable without trio
+
+        if self.directory is None:
+            return
+        try:
+            while True:
+                await trio.sleep(interval)
+                if self._buffer:
+                    await trio.to_thread.run_sync(self._write, self._take())
+        finally:
+            batch = self._take()
+            with trio.CancelScope(deadline=trio.current_time() + stop_timeout, shield=True):
+                if batch:
+                    await trio.to_thread.run_sync(self._write, batch, abandon_on_cancel=True)
+
+    def _write(self, batch: list[_Row]) -> int:
+        if not batch or self.directory is None:
+            return 0
+        with self._lock:
+            before, groups = self._written, self._by_hour(batch)
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                for hour, lines in groups.items():
+                    self._write_hour(self.directory, hour, lines)
+                self._enforce_total(self.directory)
+            except OSError as exc:
+                self._write_errors += 1
+                lost = sum(map(len, groups.values())) - (self._written - before)
+                self._dropped_write += lost
+                self._log_error(exc, lost)
+            return self._written - before
+
+    def _by_hour(self, batch: list[_Row]) -> dict[int, list[str]]:
+        """Serialize, grouped by the UTC hour of each event; an unserializable event is dropped."""
+        groups: dict[int, list[str]] = {}
+        for row in batch:
+            try:
+                line = json.dumps(
+                    dict(zip(FIELD_NAMES, row, strict=True)), separators=(",", ":"), allow_nan=False
+                )
+            except (TypeError, ValueError):
+                self._dropped_write += 1
+                continue
+            groups.setdefault(int(row[1] // _HOUR_MS), []).append(line + "\n")
+        return groups
+
+    def _path(self, directory: Path, hour: int, part: int) -> Path:
+        stamp = time.strftime("%Y%m%d%H", time.gmtime(hour * 3600))
+        return directory / f"{self._prefix}{stamp}{f'-{part}' if part else ''}.jsonl"
+
+    def _resume(self, directory: Path, hour: int) -> tuple[int, int]:
+        """Continue after existing parts: a restarted container broker often gets the same pid."""
+        part = 0
+        while self._path(directory, hour, part + 1).exists():
+            part += 1
+        path = self._path(directory, hour, part)
+        return part, path.stat().st_size if path.exists() else 0
+
+    def _write_hour(self, directory: Path, hour: int, lines: list[str]) -> None:
+        part, size = self._parts.get(hour) or self._resume(directory, hour)
+        chunk: list[str] = []
+        for line in lines:  # ASCII only (ensure_ascii), so len() counts bytes
+            if size and size + len(line) > self.max_file_bytes:
+                self._append(self._path(directory, hour, part), chunk)
+                part, size, chunk = part + 1, 0, []
+            chunk.append(line)
+            size += len(line)
+        self._append(self._path(directory, hour, part), chunk)
+        self._parts = {h: p for h, p in self._parts.items() if h >= hour - 1}
+        self._parts[hour] = (part, size)
+
+    def _append(self, path: Path, chunk: list[str]) -> None:
+        if chunk:
+            with path.open("ab") as f:
+                f.write("".join(chunk).encode("ascii"))
+            self._written += len(chunk)
+            self._current = path
+
+    def _enforce_total(self, directory: Path) -> None:
+        """Delete this broker's oldest files (never the one in use) while the total is over."""
+        total, own = 0, []
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.startswith("events-") and entry.name.endswith(".jsonl"):
+                    st = entry.stat()
+                    total += st.st_size
+                    match = self._own.fullmatch(entry.name)
+                    if match and Path(entry.path) != self._current:
+                        key = (match[1], st.st_mtime_ns, int(match[2] or 0))
+                        own.append((key, st.st_size, entry.path))
+        for _key, size, path in sorted(own):
+            if total <= self.max_total_bytes:
+                break
+            Path(path).unlink(missing_ok=True)
+            total -= size
+
+    def _log_error(self, exc: OSError, lost: int) -> None:
+        """Log at most once a minute: a full disk would otherwise flood the log every flush."""
+        self._unlogged += 1
+        now = time.monotonic()
+        if now - self._last_log >= _LOG_EVERY_S:
+            _log.warning(
+                "metrics write failed", error=str(exc), dropped=lost, errors=self._unlogged
+            )
+            self._last_log, self._unlogged = now, 0

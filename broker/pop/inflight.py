@@ -1,0 +1,424 @@
+"""The pop in-flight table: which popped messages are invisible until when, as a pure state
+machine with injected time (no trio, no I/O).
+
+A *lease* is one popped, not yet acknowledged message of one consumer group, keyed by
+``(group, topic, queue id, queue offset)`` where ``topic`` is the topic the message was read
+from (the retry topic for a retried message). Its receipt is valid while the lease is
+``INVISIBLE`` and its deadline (pop time + invisible time) has not passed. Legal moves are the
+table :data:`MOVES`; everything else is an :class:`Outcome` value, never an exception.
+
+Orderly pops add a :class:`OrderLock` per ``(group, topic, queue)``: the queue is blocked for
+the group while one of its messages is invisible; after the deadline the same offsets are
+popped again, in order, from the same queue. A pop repeating the lock's ``attemptId`` gets them
+again at once (its previous response was lost).
+
+Every mutation is reported to ``on_op`` as a msgpack-able list *before* it is applied, so a
+journal can replay it (:meth:`InflightTable.apply`) after a restart, and a journal that cannot
+write (``on_op`` raises) leaves the table unchanged; :meth:`snapshot` / :meth:`restore` cover
+the rest.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+LeaseKey = tuple[str, str, int, int]  # (group, topic, queue id, queue offset)
+QueueRef = tuple[str, str, int]  # (group, topic, queue id)
+Op = list[Any]
+
+
+class LeaseState(Enum):
+    """Where a lease stands."""
+
+    INVISIBLE = "invisible"  # popped, receipt valid until the deadline
+    REVIVING = "reviving"  # deadline passed: being written to the retry topic or the DLQ
+
+
+class Move(Enum):
+    """What can happen to a lease."""
+
+    ACK = "ack"
+    CHANGE = "change"
+    EXPIRE = "expire"
+    REVIVED = "revived"
+    RETRY = "retry"  # the revive write failed: try again later
+
+
+#: Legal moves: (state, move) -> next state, ``None`` = the lease is gone.
+MOVES: dict[tuple[LeaseState, Move], LeaseState | None] = {
+    (LeaseState.INVISIBLE, Move.ACK): None,
+    (LeaseState.INVISIBLE, Move.CHANGE): LeaseState.INVISIBLE,
+    (LeaseState.INVISIBLE, Move.EXPIRE): LeaseState.REVIVING,
+    (LeaseState.REVIVING, Move.REVIVED): None,
+    (LeaseState.REVIVING, Move.RETRY): LeaseState.REVIVING,
+}
+
+
+class Outcome(Enum):
+    """Result of an ack or a change of invisible time."""
+
+    OK = "ok"
+    #: No such message in flight for this group: never popped, already acked, or revived.
+    UNKNOWN = "unknown"
+    #: The receipt's deadline has passed: the message is (being) redelivered.
+    EXPIRED = "expired"
+    #: A newer receipt exists for this message (its invisible time was changed).
+    STALE = "stale"
+
+
+@dataclass(slots=True)
+class Lease:
+    """One popped, unacknowledged message."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    pop_time: int
+    invisible_ms: int
+    #: The topic consumers know the message by (``topic`` unless it is a retry topic).
+    origin_topic: str
+    order: bool = False
+    #: How many times this message was popped before this pop (orderly pops count here;
+    #: other messages carry ``RECONSUME_TIME`` in the record).
+    consumed: int = 0
+    state: LeaseState = LeaseState.INVISIBLE
+    retry_at: int = 0
+
+    @property
+    def key(self) -> LeaseKey:
+        """The table key."""
+        return (self.group, self.topic, self.queue_id, self.offset)
+
+    @property
+    def deadline(self) -> int:
+        """When the message becomes visible again, epoch ms."""
+        return self.pop_time + self.invisible_ms
+
+    @property
+    def due_at(self) -> int:
+        """When the deadline loop must look at it next."""
+        return self.retry_at if self.state is LeaseState.REVIVING else self.deadline
+
+    def to_list(self) -> list[Any]:
+        """Wire form for journals and snapshots."""
+        return [
+            self.group,
+            self.topic,
+            self.queue_id,
+            self.offset,
+            self.pop_time,
+            self.invisible_ms,
+            self.origin_topic,
+            self.order,
+            self.consumed,
+        ]
+
+    @classmethod
+    def from_list(cls, row: Sequence[Any]) -> Lease:
+        """Inverse of :meth:`to_list`."""
+        g, t, q, off, pop_time, invisible = row[:6]
+        return cls(
+            str(g),
+            str(t),
+            int(q),
+            int(off),
+            int(pop_time),
+            int(invisible),
+            origin_topic=str(row[6]),
+            order=bool(row[7]),
+            consumed=int(row[8]),
+        )
+
+
+@dataclass(slots=True)
+class OrderLock:
+    """An orderly queue held by one group: its popped offsets, in order."""
+
+    offsets: list[int]
+    attempt_id: str | None
+    #: Times each offset was popped so far (RocketMQ's ``offsetConsumedCount``).
+    counts: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Expired:
+    """A lease whose deadline passed (what the revive service acts on)."""
+
+    lease: Lease
+
+
+class InflightTable:
+    """Leases, pop cursors and orderly locks (see the module docstring)."""
+
+    def __init__(self, on_op: Callable[[Op], None] = lambda op: None) -> None:
+        self.on_op = on_op
+        self.leases: dict[LeaseKey, Lease] = {}
+        #: Next offset a pop of (group, topic, queue) reads from.
+        self.cursors: dict[QueueRef, int] = {}
+        self.locks: dict[QueueRef, OrderLock] = {}
+        self._heap: list[tuple[int, int, LeaseKey]] = []
+        self._seq = itertools.count()
+        self.acked_count = 0
+        self.revived_count = 0
+
+    # ------------------------------------------------------------------ queries
+    def __len__(self) -> int:
+        return len(self.leases)
+
+    def cursor(self, group: str, topic: str, queue_id: int) -> int | None:
+        """Where the next pop of this queue starts, if the group ever popped it."""
+        return self.cursors.get((group, topic, queue_id))
+
+    def blocked(self, group: str, topic: str, queue_id: int, now_ms: int) -> bool:
+        """Whether an orderly queue still has an invisible message for ``group``."""
+        lock = self.locks.get((group, topic, queue_id))
+        if lock is None:
+            return False
+        return any(
+            self._order_lease_invisible(group, topic, queue_id, o, now_ms) for o in lock.offsets
+        )
+
+    def _order_lease_invisible(
+        self, group: str, topic: str, queue_id: int, offset: int, now_ms: int
+    ) -> bool:
+        lease = self.leases.get((group, topic, queue_id, offset))
+        return lease is not None and lease.deadline > now_ms
+
+    def order_lock(self, group: str, topic: str, queue_id: int) -> OrderLock | None:
+        """The orderly lock of a queue, if held."""
+        return self.locks.get((group, topic, queue_id))
+
+    def next_deadline(self) -> int | None:
+        """The earliest moment something expires, epoch ms."""
+        while self._heap:
+            due, _, key = self._heap[0]
+            lease = self.leases.get(key)
+            if lease is not None and lease.due_at == due:
+                return due
+            heapq.heappop(self._heap)  # stale entry: acked, changed or revived since
+        return None
+
+    # ------------------------------------------------------------------ moves
+    def set_cursor(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Move a pop cursor (first pop of a queue, or an offset fixed after retention)."""
+        self.on_op(["cur", group, topic, queue_id, offset])
+        self._apply_cursor(group, topic, queue_id, offset)
+
+    def popped(
+        self,
+        leases: Sequence[Lease],
+        *,
+        cursor: tuple[str, str, int, int] | None = None,
+        attempt_id: str | None = None,
+    ) -> None:
+        """Record a pop: its leases, the queue cursor after it (``(group, topic, queue,
+        next offset)``) and, for an orderly pop, the lock it takes."""
+        self.on_op(
+            [
+                "pop",
+                [lease.to_list() for lease in leases],
+                list(cursor) if cursor else None,
+                attempt_id,
+            ]
+        )
+        self._apply_pop(leases, cursor, attempt_id)
+
+    def ack(self, key: LeaseKey, pop_time: int, now_ms: int) -> Outcome:
+        """Acknowledge the message the receipt ``(key, pop_time)`` names."""
+        outcome = self._check(key, pop_time, now_ms)
+        if outcome is Outcome.OK:
+            self.on_op(["ack", *key])
+            self._apply_ack(key)
+        return outcome
+
+    def change(
+        self, key: LeaseKey, pop_time: int, now_ms: int, invisible_ms: int
+    ) -> tuple[Outcome, Lease | None]:
+        """Give a message a new deadline ``now + invisible_ms`` and a new receipt (pop time
+        ``now``); the old receipt becomes stale."""
+        outcome = self._check(key, pop_time, now_ms)
+        if outcome is not Outcome.OK:
+            return outcome, None
+        self.on_op(["chg", *key, now_ms, invisible_ms])
+        lease = self._apply_change(key, now_ms, invisible_ms)
+        return outcome, lease
+
+    def expire_due(self, now_ms: int, limit: int = 1024) -> list[Expired]:
+        """Leases due by ``now``: non-orderly ones move to ``REVIVING`` (the caller writes
+        them to the retry topic or DLQ, then calls :meth:`revived` or :meth:`retry_later`);
+        orderly ones stay for the next pop of their queue and are returned so the caller can
+        wake it (or dead-letter them)."""
+        out: list[Expired] = []
+        while self._heap and len(out) < limit and self._heap[0][0] <= now_ms:
+            due, _, key = heapq.heappop(self._heap)
+            lease = self.leases.get(key)
+            if lease is None or lease.due_at != due:
+                continue
+            if not lease.order and lease.state is LeaseState.INVISIBLE:
+                lease.state = _move(lease.state, Move.EXPIRE)
+            out.append(Expired(lease))
+        return out
+
+    def revived(self, key: LeaseKey) -> None:
+        """The expired message was written to its retry topic or the DLQ: forget it."""
+        lease = self.leases.get(key)
+        if lease is None:
+            return
+        if not lease.order:
+            _move(lease.state, Move.REVIVED)
+        self.on_op(["rev", *key])
+        self._apply_revived(key)
+
+    def retry_later(self, key: LeaseKey, at_ms: int) -> None:
+        """Writing the revived message failed: try again at ``at_ms`` (not journaled: after
+        a restart the lease is simply due at once)."""
+        lease = self.leases.get(key)
+        if lease is None:
+            return
+        lease.state = _move(lease.state, Move.RETRY)
+        lease.retry_at = at_ms
+        self._push(lease)
+
+    # ------------------------------------------------------------------ replay
+    def apply(self, op: Sequence[Any]) -> None:
+        """Replay one journaled op (no ``on_op`` call)."""
+        kind = op[0]
+        if kind == "pop":
+            cursor = op[2]
+            self._apply_pop(
+                [Lease.from_list(r) for r in op[1]], tuple(cursor) if cursor else None, op[3]
+            )
+        elif kind == "ack":
+            self._apply_ack(_key(op[1:5]))
+        elif kind == "chg":
+            if _key(op[1:5]) in self.leases:
+                self._apply_change(_key(op[1:5]), int(op[5]), int(op[6]))
+        elif kind == "rev":
+            self._apply_revived(_key(op[1:5]))
+        elif kind == "cur":
+            self._apply_cursor(op[1], op[2], int(op[3]), int(op[4]))
+        else:
+            raise ValueError(f"unknown pop journal op {kind!r}")
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything needed to rebuild the table (leases being revived included)."""
+        return {
+            "leases": [lease.to_list() for lease in self.leases.values()],
+            "cursors": [[*ref, off] for ref, off in self.cursors.items()],
+            "locks": [
+                [*ref, lock.offsets, lock.attempt_id, list(lock.counts.items())]
+                for ref, lock in self.locks.items()
+            ],
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Load a :meth:`snapshot` (into an empty table)."""
+        for row in state.get("leases", ()):
+            lease = Lease.from_list(row)
+            self.leases[lease.key] = lease
+            self._push(lease)
+        for g, t, q, off in state.get("cursors", ()):
+            self.cursors[(g, t, int(q))] = int(off)
+        for g, t, q, offsets, attempt, counts in state.get("locks", ()):
+            self.locks[(g, t, int(q))] = OrderLock(
+                list(offsets), attempt, {int(o): int(c) for o, c in counts}
+            )
+
+    # ------------------------------------------------------------------ internals
+    def _check(self, key: LeaseKey, pop_time: int, now_ms: int) -> Outcome:
+        lease = self.leases.get(key)
+        if lease is None:
+            return Outcome.UNKNOWN
+        if lease.pop_time != pop_time:
+            # An older receipt (changed since) or a newer one than we know (a receipt of a
+            # pop before a restart that was never journaled cannot be: pops journal first).
+            return Outcome.STALE if pop_time < lease.pop_time else Outcome.UNKNOWN
+        if lease.state is not LeaseState.INVISIBLE or lease.deadline <= now_ms:
+            return Outcome.EXPIRED
+        return Outcome.OK
+
+    def _push(self, lease: Lease) -> None:
+        heapq.heappush(self._heap, (lease.due_at, next(self._seq), lease.key))
+
+    def _apply_cursor(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.cursors[(group, topic, queue_id)] = offset
+
+    def _apply_pop(
+        self,
+        leases: Iterable[Lease],
+        cursor: tuple[Any, ...] | None,
+        attempt_id: str | None,
+    ) -> None:
+        for lease in leases:
+            self.leases[lease.key] = lease
+            self._push(lease)
+            if lease.order:
+                ref = (lease.group, lease.topic, lease.queue_id)
+                lock = self.locks.get(ref)
+                if lock is None or lease.offset not in lock.offsets:
+                    lock = self._lock_for(ref, lock, attempt_id)
+                    lock.offsets.append(lease.offset)
+                lock.attempt_id = attempt_id
+                lock.counts[lease.offset] = lease.consumed + 1
+        if cursor is not None:
+            g, t, q, off = cursor
+            self.cursors[(g, t, int(q))] = max(int(off), self.cursors.get((g, t, int(q)), 0))
+
+    def _lock_for(self, ref: QueueRef, lock: OrderLock | None, attempt: str | None) -> OrderLock:
+        if lock is None:
+            lock = self.locks[ref] = OrderLock([], attempt)
+        return lock
+
+    def _apply_ack(self, key: LeaseKey) -> None:
+        lease = self.leases.pop(key, None)
+        if lease is None:
+            return
+        self.acked_count += 1
+        self._release_order(lease)
+
+    def _apply_change(self, key: LeaseKey, now_ms: int, invisible_ms: int) -> Lease:
+        lease = self.leases[key]
+        lease.state = _move(lease.state, Move.CHANGE)
+        lease.pop_time, lease.invisible_ms = now_ms, invisible_ms
+        self._push(lease)
+        return lease
+
+    def _apply_revived(self, key: LeaseKey) -> None:
+        lease = self.leases.pop(key, None)
+        if lease is None:
+            return
+        self.revived_count += 1
+        self._release_order(lease)
+
+    def _release_order(self, lease: Lease) -> None:
+        """An orderly message is done: drop it from its lock; an empty lock frees the queue."""
+        if not lease.order:
+            return
+        ref = (lease.group, lease.topic, lease.queue_id)
+        lock = self.locks.get(ref)
+        if lock is None:
+            return
+        if lease.offset in lock.offsets:
+            lock.offsets.remove(lease.offset)
+            lock.counts.pop(lease.offset, None)
+        if not lock.offsets:
+            del self.locks[ref]
+
+
+def _move(state: LeaseState, move: Move) -> LeaseState:
+    """The next state for a legal move; an illegal one is a bug in the caller."""
+    key = (state, move)
+    if key not in MOVES:
+        raise AssertionError(f"illegal in-flight move {move.value} from {state.value}")
+    nxt = MOVES[key]
+    return state if nxt is None else nxt
+
+
+def _key(parts: Sequence[Any]) -> LeaseKey:
+    return (str(parts[0]), str(parts[1]), int(parts[2]), int(parts[3]))

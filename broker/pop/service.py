@@ -1,0 +1,183 @@
+"""The pop service: in-flight table + journal + reader + hub + revive, as the processors see it.
+
+Opening it replays the journal (snapshot + ops since) into the table, so every unacked
+message of a crashed broker is still due for redelivery; every checkpoint of the store
+rotates the journal onto a fresh snapshot, so replay stays short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.logs import get_logger
+from broker.metrics import EventKind, MetricsWriter
+from broker.pop.hub import PopHub, WakeMode
+from broker.pop.inflight import InflightTable, Lease, LeaseKey, Outcome
+from broker.pop.journal import Journal
+from broker.pop.reader import PopReader, PopRequest, PopResult
+from broker.pop.revive import ReviveService
+from broker.storage import Storage
+from broker.topics import TopicManager
+from protocol.naming import V1RetryNames
+from protocol.receipt import ExtraInfo
+
+_log = get_logger("pop")
+
+
+@dataclass
+class PopService:
+    """Everything pop (see the module docstring)."""
+
+    table: InflightTable
+    journal: Journal
+    reader: PopReader
+    hub: PopHub
+    revive: ReviveService
+    v1_names: V1RetryNames
+    metrics: MetricsWriter | None = None
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        storage: Storage,
+        topics: TopicManager,
+        hub: PopHub,
+        *,
+        broker_name: str,
+        retry_v2: bool,
+        max_reconsume: Callable[[str], int],
+        fsync: bool = False,
+        metrics: MetricsWriter | None = None,
+        v1_names: V1RetryNames | None = None,
+    ) -> PopService:
+        """Recover the table from ``directory`` and wire the parts together."""
+        journal, recovered = Journal.open(directory, fsync=fsync)
+        table = InflightTable()
+        if recovered.state is not None:
+            table.restore(recovered.state)
+        for op in recovered.ops:
+            table.apply(op)
+        table.on_op = journal.append
+        if recovered.torn_tail_bytes:
+            _log.warning("pop journal had a torn tail", bytes=recovered.torn_tail_bytes)
+        v1_names = v1_names if v1_names is not None else V1RetryNames()
+        reader = PopReader(
+            storage.store,
+            topics,
+            table,
+            broker_name=broker_name,
+            retry_v2=retry_v2,
+            v1_names=v1_names,
+        )
+        revive = ReviveService(
+            storage,
+            topics,
+            table,
+            hub,
+            retry_topic=reader.retry_topic,
+            max_reconsume=max_reconsume,
+            metrics=metrics,
+        )
+        _log.info(
+            "pop state recovered",
+            leases=len(table),
+            cursors=len(table.cursors),
+            ops=len(recovered.ops),
+        )
+        return cls(table, journal, reader, hub, revive, v1_names, metrics)
+
+    # ------------------------------------------------------------------ requests
+    def pop_nowait(self, req: PopRequest, now_ms: int) -> PopResult:
+        """Pop (see :meth:`PopReader.pop_nowait`); tells the revive loop about new deadlines."""
+        before = self.table.next_deadline()
+        result = self.reader.pop_nowait(req, now_ms)
+        if result.found:
+            after = self.table.next_deadline()
+            if after is not None and (before is None or after < before):
+                self.revive.poke()
+            for reconsume, deadline in result.redelivered:
+                if deadline is not None:
+                    self.event(
+                        EventKind.REDELIVER,
+                        req,
+                        latency_ms=float(now_ms - deadline),
+                        reconsume_times=reconsume,
+                    )
+        return result
+
+    def ack(self, key: LeaseKey, receipt: ExtraInfo, now_ms: int) -> Outcome:
+        """Acknowledge; raises OSError when the journal cannot record it."""
+        lease = self.table.leases.get(key)
+        outcome = self.table.ack(key, receipt.pop_time_ms, now_ms)
+        if outcome is Outcome.OK and lease is not None and self.metrics is not None:
+            self.metrics.emit(
+                EventKind.ACK,
+                topic=lease.origin_topic,
+                group=lease.group,
+                queue=lease.queue_id,
+                latency_ms=float(now_ms - lease.pop_time),
+            )
+        if lease is not None and lease.order and outcome is Outcome.OK:
+            self._order_acked(lease)
+        return outcome
+
+    def _order_acked(self, lease: Lease) -> None:
+        """An orderly queue whose last message was acked is free: wake one parked orderly
+        pop of the group."""
+        if self.table.order_lock(lease.group, lease.topic, lease.queue_id) is None:
+            self.hub.notify(lease.topic, lease.group, lease.queue_id)
+
+    def change(
+        self, key: LeaseKey, receipt: ExtraInfo, now_ms: int, invisible_ms: int
+    ) -> tuple[Outcome, Lease | None]:
+        """Change invisible time; raises OSError when the journal cannot record it."""
+        outcome, lease = self.table.change(key, receipt.pop_time_ms, now_ms, invisible_ms)
+        if lease is not None:
+            self.revive.poke()
+        return outcome, lease
+
+    def event(
+        self,
+        kind: EventKind,
+        req: PopRequest,
+        *,
+        latency_ms: float,
+        found: bool | None = None,
+        reconsume_times: int | None = None,
+    ) -> None:
+        """Record a latency event of one pop request."""
+        if self.metrics is not None:
+            self.metrics.emit(
+                kind,
+                topic=req.topic,
+                group=req.group,
+                queue=req.queue_id if req.queue_id >= 0 else None,
+                latency_ms=latency_ms,
+                found=found,
+                reconsume_times=reconsume_times,
+            )
+
+    # ------------------------------------------------------------------ persistence
+    def before_checkpoint(self) -> Callable[[], None]:
+        """Main thread: start a new journal generation on a snapshot of the table; the
+        returned writer stores the snapshot in the checkpoint's worker thread."""
+        return self.journal.rotate(self.table.snapshot())
+
+    def close(self) -> None:
+        """Close the journal (after the store's final checkpoint wrote the last snapshot,
+        so a clean restart replays nothing)."""
+        self.journal.close()
+
+    def stats(self) -> dict[str, object]:
+        """Numbers for the admin and the benchmarks."""
+        return {
+            "in_flight": len(self.table),
+            "acked": self.table.acked_count,
+            "revived": self.revive.revived,
+            "dead_lettered": self.revive.dead_lettered,
+            "wake_mode": WakeMode(self.hub.wake_mode).value,
+            "hub": self.hub.stats(),
+        }
