@@ -241,12 +241,15 @@ class InflightTable:
         self, key: LeaseKey, pop_time: int, now_ms: int, invisible_ms: int
     ) -> tuple[Outcome, Lease | None]:
         """Give a message a new deadline ``now + invisible_ms`` and a new receipt (pop time
-        ``now``); the old receipt becomes stale."""
+        ``now``); the old receipt becomes stale. The new pop time is at least one ms after
+        the old one, so the two receipts always differ (a change in the same millisecond as
+        the pop would otherwise leave the old receipt valid)."""
         outcome = self._check(key, pop_time, now_ms)
         if outcome is not Outcome.OK:
             return outcome, None
-        self.on_op(["chg", *key, now_ms, invisible_ms])
-        lease = self._apply_change(key, now_ms, invisible_ms)
+        stamp = max(now_ms, pop_time + 1)
+        self.on_op(["chg", *key, stamp, invisible_ms])
+        lease = self._apply_change(key, stamp, invisible_ms)
         return outcome, lease
 
     def expire_due(self, now_ms: int, limit: int = 1024) -> list[Expired]:

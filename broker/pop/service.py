@@ -163,8 +163,16 @@ class PopService:
     # ------------------------------------------------------------------ persistence
     def before_checkpoint(self) -> Callable[[], None]:
         """Main thread: start a new journal generation on a snapshot of the table; the
-        returned writer stores the snapshot in the checkpoint's worker thread."""
-        return self.journal.rotate(self.table.snapshot())
+        returned writer, in the checkpoint's worker thread, first makes the journal durable
+        (older generations included: a power loss must not leave a torn file that a snapshot
+        does not cover) and then stores the snapshot."""
+        write = self.journal.rotate(self.table.snapshot())
+
+        def sync_then_write() -> None:
+            self.journal.sync()
+            write()
+
+        return sync_then_write
 
     def close(self) -> None:
         """Close the journal (after the store's final checkpoint wrote the last snapshot,
