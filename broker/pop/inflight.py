@@ -89,6 +89,9 @@ class Lease:
     consumed: int = 0
     state: LeaseState = LeaseState.INVISIBLE
     retry_at: int = 0
+    #: Sequence number of the lease's newest deadline-heap entry; older entries are stale
+    #: even when their due time is the same (a change to the same deadline, a re-pop).
+    heap_seq: int = field(default=-1, compare=False, repr=False)
 
     @property
     def key(self) -> LeaseKey:
@@ -197,9 +200,9 @@ class InflightTable:
     def next_deadline(self) -> int | None:
         """The earliest moment something expires, epoch ms."""
         while self._heap:
-            due, _, key = self._heap[0]
+            due, seq, key = self._heap[0]
             lease = self.leases.get(key)
-            if lease is not None and lease.due_at == due:
+            if lease is not None and lease.heap_seq == seq and lease.due_at == due:
                 return due
             heapq.heappop(self._heap)  # stale entry: acked, changed or revived since
         return None
@@ -259,9 +262,9 @@ class InflightTable:
         wake it (or dead-letter them)."""
         out: list[Expired] = []
         while self._heap and len(out) < limit and self._heap[0][0] <= now_ms:
-            due, _, key = heapq.heappop(self._heap)
+            due, seq, key = heapq.heappop(self._heap)
             lease = self.leases.get(key)
-            if lease is None or lease.due_at != due:
+            if lease is None or lease.heap_seq != seq or lease.due_at != due:
                 continue
             if not lease.order and lease.state is LeaseState.INVISIBLE:
                 lease.state = _move(lease.state, Move.EXPIRE)
@@ -347,7 +350,8 @@ class InflightTable:
         return Outcome.OK
 
     def _push(self, lease: Lease) -> None:
-        heapq.heappush(self._heap, (lease.due_at, next(self._seq), lease.key))
+        lease.heap_seq = next(self._seq)
+        heapq.heappush(self._heap, (lease.due_at, lease.heap_seq, lease.key))
 
     def _apply_cursor(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.cursors[(group, topic, queue_id)] = offset
