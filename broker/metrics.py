@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import os
 import re
 import threading
@@ -45,6 +46,8 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("reconsume_times", "int|null"),
 )
 FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in FIELDS)
+#: One event line as a format string: ``{"v":{},"ts_ms":{},...}`` and a newline.
+_LINE = "{{" + ",".join(f'"{name}":{{}}' for name in FIELD_NAMES) + "}}\n"
 _PY_TYPES: dict[str, tuple[type, ...]] = {
     "int": (int,),
     "float": (float, int),
@@ -53,6 +56,8 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
     "null": (type(None),),
 }
 _HOUR_MS = 3_600_000
+#: Distinct names whose JSON text is cached.
+_TEXT_CACHE = 10_000
 _LOG_EVERY_S = 60.0
 _Row = tuple[Any, ...]  # values in FIELDS order
 
@@ -161,6 +166,7 @@ class MetricsWriter:
         self.max_file_bytes = max_file_bytes
         self.max_total_bytes = max_total_bytes
         self._buffer: list[_Row] = []
+        self._text: dict[str, str] = {}  # JSON text of names seen (bounded)
         self._lock = threading.Lock()  # one writer at a time: run()'s thread or flush_nowait()
         self._pid = os.getpid()
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", broker) or "_"
@@ -260,14 +266,40 @@ class MetricsWriter:
         groups: dict[int, list[str]] = {}
         for row in batch:
             try:
-                line = json.dumps(
-                    dict(zip(FIELD_NAMES, row, strict=True)), separators=(",", ":"), allow_nan=False
-                )
+                line = self._encode(row)
             except (TypeError, ValueError):
                 self._dropped_write += 1
                 continue
-            groups.setdefault(int(row[1] // _HOUR_MS), []).append(line + "\n")
+            groups.setdefault(int(row[1] // _HOUR_MS), []).append(line)
         return groups
+
+    def _encode(self, row: _Row) -> str:
+        """One JSON line, field by field: names repeat, so their JSON text is cached, and a
+        format string is ~4x cheaper than ``json.dumps`` of a dict (profiled: the writer was
+        a fifth of the broker's CPU under a pop + batch-ack load)."""
+        text = self._text
+        values = []
+        for value in row:
+            if value is None:
+                values.append("null")
+            elif value is True or value is False:
+                values.append("true" if value else "false")
+            elif isinstance(value, str):
+                found = text.get(value)
+                if found is None:
+                    found = json.dumps(value)
+                    if len(text) < _TEXT_CACHE:
+                        text[value] = found
+                values.append(found)
+            elif isinstance(value, float):
+                if not math.isfinite(value):
+                    raise ValueError("not a finite number")
+                values.append(repr(value))
+            elif isinstance(value, int):
+                values.append(str(value))
+            else:
+                raise TypeError(f"cannot encode {type(value).__name__}")
+        return _LINE.format(*values)
 
     def _path(self, directory: Path, hour: int, part: int) -> Path:
         stamp = time.strftime("%Y%m%d%H", time.gmtime(hour * 3600))

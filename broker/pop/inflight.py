@@ -240,6 +240,16 @@ class InflightTable:
             self._apply_ack(key)
         return outcome
 
+    def ack_many(self, receipts: Sequence[tuple[LeaseKey, int]], now_ms: int) -> list[Outcome]:
+        """Acknowledge several ``(key, pop time)`` receipts with one journal op (a batch ack)."""
+        outcomes = [self._check(key, pop_time, now_ms) for key, pop_time in receipts]
+        done = [key for (key, _), o in zip(receipts, outcomes, strict=True) if o is Outcome.OK]
+        if done:
+            self.on_op(["acks", [list(key) for key in done]])
+            for key in done:
+                self._apply_ack(key)
+        return outcomes
+
     def change(
         self, key: LeaseKey, pop_time: int, now_ms: int, invisible_ms: int
     ) -> tuple[Outcome, Lease | None]:
@@ -302,6 +312,9 @@ class InflightTable:
             )
         elif kind == "ack":
             self._apply_ack(_key(op[1:5]))
+        elif kind == "acks":
+            for key in op[1]:
+                self._apply_ack(_key(key))
         elif kind == "chg":
             if _key(op[1:5]) in self.leases:
                 self._apply_change(_key(op[1:5]), int(op[5]), int(op[6]))

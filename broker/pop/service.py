@@ -124,6 +124,26 @@ class PopService:
             self._order_acked(lease)
         return outcome
 
+    def ack_many(self, receipts: list[tuple[LeaseKey, int]], now_ms: int) -> list[Outcome]:
+        """Batch ack ``(key, pop time)`` receipts: one journal op; raises OSError when the
+        journal cannot record it (then nothing changed)."""
+        leases = [self.table.leases.get(key) for key, _ in receipts]
+        outcomes = self.table.ack_many(receipts, now_ms)
+        for lease, outcome in zip(leases, outcomes, strict=True):
+            if lease is None or outcome is not Outcome.OK:
+                continue
+            if self.metrics is not None:
+                self.metrics.emit(
+                    EventKind.ACK,
+                    topic=lease.origin_topic,
+                    group=lease.group,
+                    queue=lease.queue_id,
+                    latency_ms=float(now_ms - lease.pop_time),
+                )
+            if lease.order:
+                self._order_acked(lease)
+        return outcomes
+
     def _order_acked(self, lease: Lease) -> None:
         """An orderly queue whose last message was acked is free: wake one parked orderly
         pop of the group."""

@@ -98,8 +98,7 @@ async def batch_ack_message(
     are not in flight are skipped, as RocketMQ does; the remark counts them."""
     body = BatchAckMessageRequestBody.from_json(cmd.body)
     pop = pop_service(ctx)
-    now = now_ms()
-    skipped = 0
+    receipts: list[tuple[LeaseKey, int]] = []
     for ack in body.acks:
         validate_group(ack.consumer_group)
         flag = RetryFlag(int(ack.retry)) if ack.retry in ("0", "1", "2") else RetryFlag.NORMAL
@@ -114,11 +113,12 @@ async def batch_ack_message(
         )
         for offset in ack.offsets:
             key = lease_key(ack.consumer_group, ack.topic, ack.queue_id, offset, receipt)
-            try:
-                outcome = pop.ack(key, receipt, now)
-            except OSError:
-                raise journaled("batch ack") from None
-            skipped += outcome is not Outcome.OK
+            receipts.append((key, ack.pop_time))
+    try:
+        outcomes = pop.ack_many(receipts, now_ms())
+    except OSError:
+        raise journaled("batch ack") from None
+    skipped = sum(outcome is not Outcome.OK for outcome in outcomes)
     return cmd.response(remark=f"{skipped} not in flight" if skipped else None)
 
 
