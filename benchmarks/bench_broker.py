@@ -14,12 +14,15 @@ data dir under ``.bench-peers/``); a trio client in this process measures:
   a consumer task long-polling (SUSPEND) on its own connection; the first ``--warmup``
   messages are dropped.
 
-The peer is ``../shared/peer-bench/redis_streams_bench.py`` (run with ``--runs 1`` per round,
-interleaved with ours) against a Redis on 127.0.0.1:6390, started here if it is not running
-and then stopped at the end. Its client runs in a throwaway venv (``--peer-python``, by default
-``.bench-peers/venv/bin/python`` with redis-py and hiredis).
+The peers are ``../shared/peer-bench/redis_streams_bench.py`` (Redis Streams on 127.0.0.1:6390)
+and ``rabbitmq_bench.py`` (RabbitMQ classic queue, transient messages, on 127.0.0.1:5672), each
+run with ``--runs 1`` after every round of ours, so all three see the same noise. A peer server
+that is not running is started here (installed with apt if missing) and stopped at the end; see
+``benchmarks/peers.py``. Their clients run in a throwaway venv (``--peer-python``, by default
+``.bench-peers/venv/bin/python``, created and given redis-py, hiredis and aio-pika if missing).
 
-Usage: python -m benchmarks.bench_broker [--runs 3] [--sizes 128,1024] [--no-peer]
+Usage: python -m benchmarks.bench_broker [--runs 3] [--sizes 128,1024]
+    [--peers redis,rabbitmq | --no-peer]
 """
 
 from __future__ import annotations
@@ -36,13 +39,21 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from benchmarks.peers import (
+    PEER_BENCH,
+    PEER_PYTHON,
+    PEERS,
+    WORK_DIR,
+    ensure_peer_venv,
+    run_peer,
+)
 from protocol.batch import BatchEntry, encode_batch
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
@@ -57,9 +68,6 @@ from protocol.message import decode_records
 from protocol.properties import encode_properties
 
 ROOT = Path(__file__).resolve().parent.parent
-PEER_BENCH = ROOT.parent / "shared" / "peer-bench"
-WORK_DIR = ROOT / ".bench-peers"
-REDIS_PORT = 6390
 REPLY_TIMEOUT = 30.0
 GROUP = "bench_consumer_group"
 QUEUES = 4
@@ -463,75 +471,19 @@ def broker_process(verbose: bool) -> Iterator[tuple[int, int]]:
         log_path.unlink(missing_ok=True)
 
 
-def redis_ping() -> bool:
-    try:
-        out = subprocess.run(
-            ["redis-cli", "-h", "127.0.0.1", "-p", str(REDIS_PORT), "ping"],
-            capture_output=True,
-            timeout=5,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.stdout.strip() == b"PONG"
-
-
-@contextmanager
-def redis_server() -> Iterator[None]:
-    """Use the Redis on :data:`REDIS_PORT`, starting it (and stopping it at the end) if needed."""
-    if redis_ping():
-        yield
-        return
-    if shutil.which("redis-server") is None:
-        subprocess.run(["apt-get", "install", "-y", "redis-server", "redis-tools"], check=True)
-    WORK_DIR.mkdir(exist_ok=True)
-    rdir = Path(tempfile.mkdtemp(prefix="redis-", dir=WORK_DIR))
-    argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(REDIS_PORT), "--save", ""]
-    argv += ["--appendonly", "no", "--daemonize", "yes", "--dir", str(rdir)]
-    argv += ["--pidfile", str(rdir / "redis.pid"), "--logfile", str(rdir / "redis.log")]
-    subprocess.run(argv, check=True, timeout=30)
-    try:
-        deadline = time.monotonic() + 10
-        while not redis_ping() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        yield
-    finally:
-        subprocess.run(
-            ["redis-cli", "-h", "127.0.0.1", "-p", str(REDIS_PORT), "shutdown", "nosave"],
-            capture_output=True,
-            timeout=30,
-        )
-        shutil.rmtree(rdir, ignore_errors=True)
-
-
-REDIS_WORKLOADS = "produce_sync,produce_pipelined,consume_ack,e2e_latency"
-
-
-def run_redis(peer_python: str, size: int, e2e_seconds: float) -> dict[str, dict[str, Any]]:
-    """One round of the Redis Streams peer: workload -> its result row."""
-    script = PEER_BENCH / "redis_streams_bench.py"
-    with tempfile.TemporaryDirectory(dir=WORK_DIR) as tmp:
-        out = Path(tmp) / "redis.jsonl"
-        argv = [peer_python, str(script), "--port", str(REDIS_PORT), "--runs", "1"]
-        argv += ["--lat-runs", "1", "--sizes", str(size), "--workloads", REDIS_WORKLOADS]
-        argv += ["--e2e-seconds", str(e2e_seconds), "--quiet-wait", "0", "--out", str(out)]
-        subprocess.run(argv, cwd=PEER_BENCH, check=True, capture_output=True, timeout=900)
-        rows = [json.loads(line) for line in out.read_text().splitlines()]
-    return {str(r["workload"]): r for r in rows}
-
-
 # ---------------------------------------------------------------- report
-#: (our workload, our metric, redis workload, redis metric, aim as (ratio, higher is better))
-ROWS: list[tuple[str, str, str | None, str | None, str]] = [
-    ("produce_sync", "msgs_per_s", "produce_sync", "msgs_per_s", ">=0.8x"),
-    ("produce_sync", "p50_ms", None, None, ""),
-    ("produce_sync", "p99_ms", None, None, ""),
-    ("produce_window", "msgs_per_s", "produce_pipelined", "msgs_per_s", ">=1.0x"),
-    ("produce_batch", "msgs_per_s", "produce_pipelined", "msgs_per_s", ">=1.0x"),
-    ("consume_pull", "msgs_per_s", "consume_ack", "msgs_per_s", ">=1.0x"),
-    ("e2e_latency", "p50_ms", "e2e_latency", "p50_ms", ""),
-    ("e2e_latency", "p90_ms", "e2e_latency", "p90_ms", ""),
-    ("e2e_latency", "p99_ms", "e2e_latency", "p99_ms", "<=5ms"),
-    ("e2e_latency", "max_ms", "e2e_latency", "max_ms", ""),
+#: (our workload, metric, the peers' workload (same name in both scripts), aim against Redis)
+ROWS: list[tuple[str, str, str | None, str]] = [
+    ("produce_sync", "msgs_per_s", "produce_sync", ">=0.8x"),
+    ("produce_sync", "p50_ms", None, ""),
+    ("produce_sync", "p99_ms", None, ""),
+    ("produce_window", "msgs_per_s", "produce_pipelined", ">=1.0x"),
+    ("produce_batch", "msgs_per_s", "produce_pipelined", ">=1.0x"),
+    ("consume_pull", "msgs_per_s", "consume_ack", ">=1.0x"),
+    ("e2e_latency", "p50_ms", "e2e_latency", ""),
+    ("e2e_latency", "p90_ms", "e2e_latency", ""),
+    ("e2e_latency", "p99_ms", "e2e_latency", "<=5ms"),
+    ("e2e_latency", "max_ms", "e2e_latency", ""),
 ]
 
 
@@ -543,41 +495,54 @@ def median_of(rows: list[dict[str, Any]], key: str) -> float:
 def verdict(aim: str, ours: float, ratio: float) -> str:
     if not aim:
         return ""
-    ok = ours <= float(aim[2:-2]) if aim.endswith("ms") else ratio >= float(aim[2:-1])
-    return "met" if ok else "MISSED"
+    if aim.endswith("ms"):
+        return "met" if ours <= float(aim[2:-2]) else "MISSED"
+    if math.isnan(ratio):
+        return "n/a"
+    return "met" if ratio >= float(aim[2:-1]) else "MISSED"
+
+
+def ratio_of(metric: str, ours: float, theirs: float) -> float:
+    """> 1 means trimq is better: ours/theirs for rates, theirs/ours for latencies."""
+    if math.isnan(theirs) or not ours or not theirs:
+        return float("nan")
+    return theirs / ours if metric.endswith("_ms") else ours / theirs
 
 
 def print_table(
     size: int,
     ours: dict[str, list[dict[str, float]]],
-    peer: dict[str, list[dict[str, Any]]],
+    peers: dict[str, dict[str, list[dict[str, Any]]]],
     cpu: dict[str, list[float]],
 ) -> None:
+    """Medians; per peer its figure and the ratio; the aims (after Redis) are against Redis."""
+    names = sorted(peers, key=lambda name: name != "redis")  # Redis first, then the aims
     print(f"\n## size {size} B (median of {max(len(v) for v in ours.values())} runs)")
-    print(
-        f"| {'workload':<46} | {'trimq':>10} | {'redis':>10} | {'ratio':>6} | {'aim':>6} | ", end=""
-    )
-    print(f"{'':>6} | {'broker CPU us/msg':>17} |")
-    print("|" + "|".join("-" * (w + 2) for w in (46, 10, 10, 6, 6, 6, 17)) + "|")
-    for wl, metric, pwl, pmetric, aim in ROWS:
+    head = [f"{'workload':<46}", f"{'trimq':>10}"]
+    for name in names:
+        head += [f"{name:>10}", f"{'x' + name[:6]:>7}"]
+    head[2 + 2 * ("redis" in peers) : 2] = [f"{'aim':>6}", f"{'':>6}"]
+    head.append(f"{'broker CPU us/msg':>17}")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("-" * (len(h) + 2) for h in head) + "|")
+    for wl, metric, pwl, aim in ROWS:
         if wl not in ours:
             continue
         o = median_of(ours[wl], metric)
-        r = median_of(peer.get(pwl, []), pmetric) if pwl and pmetric else float("nan")
-        if metric.endswith("_ms"):
-            ratio = r / o if o and not math.isnan(r) else float("nan")  # >1: we are faster
-            fmt = "{:10.3f}"
-        else:
-            ratio = o / r if r and not math.isnan(r) else float("nan")
-            fmt = "{:10.0f}"
+        fmt = "{:10.3f}" if metric.endswith("_ms") else "{:10.0f}"
         label = f"{wl} {metric}" + (f" vs {pwl}" if pwl and metric == "msgs_per_s" else "")
-        rs = fmt.format(r) if not math.isnan(r) else f"{'n/a':>10}"
+        cells = [f"{label:<46}", fmt.format(o)]
+        vs_redis = float("nan")
+        for name in names:
+            r = median_of(peers[name].get(pwl, []), metric) if pwl else float("nan")
+            ratio = ratio_of(metric, o, r)
+            vs_redis = ratio if name == "redis" else vs_redis
+            cells += [fmt.format(r) if not math.isnan(r) else f"{'n/a':>10}", f"{ratio:7.2f}"]
+        cells[2 + 2 * ("redis" in peers) : 2] = [f"{aim:>6}", f"{verdict(aim, o, vs_redis):>6}"]
         us = f"{statistics.median(cpu[wl]):17.1f}" if metric == "msgs_per_s" and cpu[wl] else ""
-        print(
-            f"| {label:<46} | {fmt.format(o)} | {rs} | {ratio:6.2f} | {aim:>6} | "
-            f"{verdict(aim, o, ratio):>6} | {us:>17} |"
-        )
-    print("(ratio: trimq/redis for msgs/s, redis/trimq for latency; >1 = trimq better)")
+        cells.append(f"{us:>17}")
+        print("| " + " | ".join(cells) + " |")
+    print("(x<peer>: trimq/peer for msgs/s, peer/trimq for latency; >1 = trimq better)")
 
 
 def count_of(p: Params, wl: str) -> int:
@@ -604,18 +569,28 @@ def main() -> None:
     ap.add_argument("--e2e-seconds", type=float, default=10.0)
     ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--max-seconds", type=float, default=60.0)
-    ap.add_argument("--no-peer", action="store_true")
-    ap.add_argument("--peer-python", default=str(WORK_DIR / "venv" / "bin" / "python"))
+    ap.add_argument("--peers", default=",".join(PEERS), help="peer brokers measured each run")
+    ap.add_argument("--no-peer", action="store_true", help="same as --peers ''")
+    ap.add_argument("--peer-python", type=Path, default=PEER_PYTHON)
     ap.add_argument("--out", default=None, help="JSON-lines file for every row")
     args = ap.parse_args()
     workloads = [w for w in args.workloads.split(",") if w]
-    peer = not args.no_peer and (PEER_BENCH / "redis_streams_bench.py").exists()
+    peers = [] if args.no_peer else [n for n in args.peers.split(",") if n]
+    if unknown := set(peers) - set(PEERS):
+        ap.error(f"unknown peers {sorted(unknown)}; known: {', '.join(PEERS)}")
+    peers = [n for n in peers if (PEER_BENCH / PEERS[n].script).exists()]
+    common = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in PEER_COMMON_ARGS]
+    if peers:
+        ensure_peer_venv(args.peer_python, [m for n in peers for m in PEERS[n].modules])
 
-    with broker_process(verbose=True) as (pid, port), redis_server() if peer else _null():
+    with ExitStack() as stack:
+        pid, port = stack.enter_context(broker_process(verbose=True))
+        for name in peers:
+            stack.enter_context(PEERS[name].server())
         for size in [int(s) for s in args.sizes.split(",") if s]:
             ours: dict[str, list[dict[str, float]]] = {w: [] for w in workloads}
             cpu: dict[str, list[float]] = {w: [] for w in workloads}
-            theirs: dict[str, list[dict[str, Any]]] = {}
+            theirs: dict[str, dict[str, list[dict[str, Any]]]] = {n: {} for n in peers}
             for run in range(args.runs):
                 for wl in workloads:
                     p = Params(
@@ -631,20 +606,24 @@ def main() -> None:
                     short = {k: round(v, 3) for k, v in res.items()}
                     print(f"[trimq] {wl} size={size} run={run}: {short}", flush=True)
                     _write(args.out, {"peer": "trimq", "workload": wl, "size": size, **res})
-                if peer:
-                    rows = run_redis(args.peer_python, size, args.e2e_seconds)
+                for name in peers:
+                    try:
+                        rows = run_peer(name, args.peer_python, size, common, args.count)
+                    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+                        print(f"[{name}] size={size} run={run} FAILED: {exc}", flush=True)
+                        continue
                     for wl, row in rows.items():
-                        theirs.setdefault(wl, []).append(row)
+                        theirs[name].setdefault(wl, []).append(row)
                         keys = ("msgs_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms")
                         short = {k: round(row[k], 3) for k in keys if k in row}
-                        print(f"[redis] {wl} size={size} run={run}: {short}", flush=True)
+                        print(f"[{name}] {wl} size={size} run={run}: {short}", flush=True)
                         _write(args.out, row)
             print_table(size, ours, theirs, cpu)
 
 
-@contextmanager
-def _null() -> Iterator[None]:
-    yield
+#: Our options that the peer scripts take too: passed on, so all measure the same counts.
+PEER_COMMON_ARGS: tuple[str, ...] = ("n_sync", "n_pipe", "batch", "backlog", "max_seconds")
+PEER_COMMON_ARGS += ("rate", "e2e_seconds", "warmup")
 
 
 def _write(path: str | None, row: dict[str, Any]) -> None:
