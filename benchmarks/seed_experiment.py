@@ -7,23 +7,29 @@ group of the original topic, all but one for nothing; the fix wakes only the own
 trimq keeps all three behaviours selectable (``--wake-mode targeted|topic|none``), so this
 script runs one broker subprocess per (retry naming, variant, wake mode) and measures:
 
-* one *failing* consumer group pops ``--messages`` N messages per round in ``--waves`` pops
-  ``--wave-gap-ms`` apart (``--invisible-ms`` each), acks none of them, then long-polls with
-  ``--poll-ms`` (15 s); every retried message it receives is acked. Each message's *delay
-  past the deadline* is its receive time minus its ``REVIVE_DEADLINE_MS`` property (the
-  expired lease's deadline, epoch ms), measured client-side; *pop to redelivery* is the
-  receive time minus the pop time in the receipt (the seed's "time since first failure");
+* per round (``--rounds``), ``--messages`` N messages are sent in a burst; once the other
+  groups have acked them, one *failing* consumer group pops them in ``--waves`` pops
+  ``--wave-gap-ms`` apart (``--invisible-ms`` each; a wave shares one deadline), acks none of
+  them, then long-polls with ``--poll-ms`` (15 s); every retried message it receives is acked.
+  Each message's *delay past the deadline* is its receive time minus its
+  ``REVIVE_DEADLINE_MS`` property (the expired lease's deadline, epoch ms), measured
+  client-side; *pop to redelivery* is the receive time minus the pop time in the receipt (the
+  seed's "time since first failure");
 * ``--others`` K other groups subscribed to the same topic consume and ack everything and sit
   long-polling with the same poll time: in ``topic`` mode each retry wakes them for nothing;
-* variant ``idle``: no other traffic (all ``rounds x N`` messages are produced before any
-  group starts); variant ``producer``: a producer sends ``--rate`` msg/s to the same topic for
-  the whole run (the seed's experiment 2: new messages happen to wake the consumer).
+* variant ``idle``: no other traffic; variant ``producer``: a producer sends ``--rate`` msg/s
+  to the same topic for the whole run (the seed's experiment 2: new messages happen to wake
+  the consumer).
 
 After the broker is stopped (SIGTERM by pid) its latency events (``--metrics-dir``, schema in
 ``broker/metrics.py``) are read back and give the cross-check: ``revive`` (deadline -> copy
 written), ``redeliver`` (deadline -> handed to the consumer), ``wakeup`` events with ``found``
 (``found=false`` is a wasted wake-up). *Retry wake-ups* are the wake-ups within
-:data:`WAKE_WINDOW_MS` after a revive (any group), leaving out those near a send.
+:data:`WAKE_WINDOW_MS` after a revive (any group), leaving out those near a send. A second
+table splits each revive instant's delay into deadline -> first copy written -> re-read by the
+woken pop -> reply bytes at the client -> decoded (broker event timestamps and two client
+ones), and lists how late each run's first revive instant was (it also creates the retry
+topic).
 
 Everything binds to 127.0.0.1; every wait is bounded. Usage::
 
