@@ -381,19 +381,15 @@ class InflightTable:
             if lease.order:
                 ref = (lease.group, lease.topic, lease.queue_id)
                 lock = self.locks.get(ref)
-                if lock is None or lease.offset not in lock.offsets:
-                    lock = self._lock_for(ref, lock, attempt_id)
+                if lock is None:
+                    lock = self.locks[ref] = OrderLock([], attempt_id)
+                if lease.offset not in lock.offsets:
                     lock.offsets.append(lease.offset)
                 lock.attempt_id = attempt_id
                 lock.counts[lease.offset] = lease.consumed + 1
         if cursor is not None:
             g, t, q, off = cursor
             self.cursors[(g, t, int(q))] = max(int(off), self.cursors.get((g, t, int(q)), 0))
-
-    def _lock_for(self, ref: QueueRef, lock: OrderLock | None, attempt: str | None) -> OrderLock:
-        if lock is None:
-            lock = self.locks[ref] = OrderLock([], attempt)
-        return lock
 
     def _apply_ack(self, key: LeaseKey) -> None:
         lease = self.leases.pop(key, None)

@@ -165,17 +165,25 @@ class PopReader:
     ) -> GetResult:
         return self.store.get(topic, queue_id, offset, count, tags_codes=req.tags)
 
+    def _read_at_cursor(
+        self, req: PopRequest, topic: str, queue_id: int, start: int, count: int
+    ) -> tuple[int, GetResult, int]:
+        """Read from the cursor (from the queue's start if retention removed it); returns
+        where the read began, what it found and where the cursor goes next (past filtered
+        messages too)."""
+        got = self._read(topic, queue_id, start, count, req)
+        if got.status is GetStatus.OFFSET_TOO_SMALL:
+            start = got.min_offset
+            got = self._read(topic, queue_id, start, count, req)
+        return start, got, got.next_offset if got.status in _ADVANCING else start
+
     def _pop_queue(self, req: PopRequest, topic: str, queue_id: int, result: PopResult) -> None:
         remaining = req.max_nums - len(result.leases)
         start = self._start(req, topic, queue_id)
         if remaining <= 0:
             result.rest += max(0, self.store.max_offset(topic, queue_id) - start)
             return
-        got = self._read(topic, queue_id, start, remaining, req)
-        if got.status is GetStatus.OFFSET_TOO_SMALL:
-            start = got.min_offset
-            got = self._read(topic, queue_id, start, remaining, req)
-        next_offset = got.next_offset if got.status in _ADVANCING else start
+        start, got, next_offset = self._read_at_cursor(req, topic, queue_id, start, remaining)
         result.rest += max(0, got.max_offset - next_offset)
         if next_offset == start and not got.offsets:
             return
@@ -259,11 +267,7 @@ class PopReader:
                 self._repop(req, queue_id, list(lock.offsets), counts, result)
             return
         start = self._start(req, req.topic, queue_id)
-        got = self._read(req.topic, queue_id, start, remaining, req)
-        if got.status is GetStatus.OFFSET_TOO_SMALL:
-            start = got.min_offset
-            got = self._read(req.topic, queue_id, start, remaining, req)
-        next_offset = got.next_offset if got.status in _ADVANCING else start
+        start, got, next_offset = self._read_at_cursor(req, req.topic, queue_id, start, remaining)
         result.rest += max(0, got.max_offset - next_offset)
         leases = self._take(req, req.topic, queue_id, RetryFlag.NORMAL, got, start, result)
         for lease in leases:

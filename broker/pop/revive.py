@@ -89,7 +89,7 @@ class ReviveService:
         for expired in self.table.expire_due(now_ms):
             lease = expired.lease
             if lease.order and lease.consumed < self.max_reconsume(lease.group):
-                self._unblock(lease, now_ms)
+                self._unblock(lease)
                 continue
             end = self._copy(lease, now_ms)
             if end is None:
@@ -99,7 +99,7 @@ class ReviveService:
         if written:
             nursery.start_soon(self._commit, written)
 
-    def _unblock(self, lease: Lease, now_ms: int) -> None:
+    def _unblock(self, lease: Lease) -> None:
         """An orderly message's time is up: its queue is free again for the group."""
         self.unblocked += 1
         self.hub.notify(lease.topic, lease.group, lease.queue_id)

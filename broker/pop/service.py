@@ -112,16 +112,8 @@ class PopService:
         """Acknowledge; raises OSError when the journal cannot record it."""
         lease = self.table.leases.get(key)
         outcome = self.table.ack(key, receipt.pop_time_ms, now_ms)
-        if outcome is Outcome.OK and lease is not None and self.metrics is not None:
-            self.metrics.emit(
-                EventKind.ACK,
-                topic=lease.origin_topic,
-                group=lease.group,
-                queue=lease.queue_id,
-                latency_ms=float(now_ms - lease.pop_time),
-            )
-        if lease is not None and lease.order and outcome is Outcome.OK:
-            self._order_acked(lease)
+        if lease is not None and outcome is Outcome.OK:
+            self._acked(lease, now_ms)
         return outcome
 
     def ack_many(self, receipts: list[tuple[LeaseKey, int]], now_ms: int) -> list[Outcome]:
@@ -130,19 +122,22 @@ class PopService:
         leases = [self.table.leases.get(key) for key, _ in receipts]
         outcomes = self.table.ack_many(receipts, now_ms)
         for lease, outcome in zip(leases, outcomes, strict=True):
-            if lease is None or outcome is not Outcome.OK:
-                continue
-            if self.metrics is not None:
-                self.metrics.emit(
-                    EventKind.ACK,
-                    topic=lease.origin_topic,
-                    group=lease.group,
-                    queue=lease.queue_id,
-                    latency_ms=float(now_ms - lease.pop_time),
-                )
-            if lease.order:
-                self._order_acked(lease)
+            if lease is not None and outcome is Outcome.OK:
+                self._acked(lease, now_ms)
         return outcomes
+
+    def _acked(self, lease: Lease, now_ms: int) -> None:
+        """After an ack: its latency event, and an orderly queue's release."""
+        if self.metrics is not None:
+            self.metrics.emit(
+                EventKind.ACK,
+                topic=lease.origin_topic,
+                group=lease.group,
+                queue=lease.queue_id,
+                latency_ms=float(now_ms - lease.pop_time),
+            )
+        if lease.order:
+            self._order_acked(lease)
 
     def _order_acked(self, lease: Lease) -> None:
         """An orderly queue whose last message was acked is free: wake one parked orderly

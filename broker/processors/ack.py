@@ -47,6 +47,21 @@ def lease_key(group: str, topic: str, queue_id: int, offset: int, receipt: Extra
     return (group, topic, queue_id, offset)
 
 
+def named_lease(
+    header: AckMessageRequestHeader | ChangeInvisibleTimeRequestHeader,
+) -> tuple[LeaseKey, ExtraInfo]:
+    """The lease key and receipt an ack or change header names.
+
+    Raises:
+        BrokerError: a malformed receipt (``INVALID_PARAMETER``).
+        IllegalNameError: a malformed group name.
+    """
+    validate_group(header.consumer_group)
+    receipt = parse_receipt(header.extra_info)
+    key = lease_key(header.consumer_group, header.topic, header.queue_id, header.offset, receipt)
+    return key, receipt
+
+
 def parse_receipt(text: str) -> ExtraInfo:
     """Decode a receipt; a malformed one is ``INVALID_PARAMETER``."""
     try:
@@ -77,9 +92,7 @@ async def ack_message(
 ) -> RemotingCommand:
     """Acknowledge one popped message."""
     header = AckMessageRequestHeader.from_ext(cmd.ext_fields)
-    validate_group(header.consumer_group)
-    receipt = parse_receipt(header.extra_info)
-    key = lease_key(header.consumer_group, header.topic, header.queue_id, header.offset, receipt)
+    key, receipt = named_lease(header)
     pop = pop_service(ctx)
     try:
         outcome = pop.ack(key, receipt, now_ms())
@@ -128,14 +141,12 @@ async def change_invisible_time(
 ) -> RemotingCommand:
     """Give a popped message a new deadline ``now + invisibleTime`` and a new receipt."""
     header = ChangeInvisibleTimeRequestHeader.from_ext(cmd.ext_fields)
-    validate_group(header.consumer_group)
     if header.invisible_time <= 0:
         raise BrokerError(
             f"invisibleTime must be > 0 ms, not {header.invisible_time}",
             code=ResponseCode.INVALID_PARAMETER,
         )
-    receipt = parse_receipt(header.extra_info)
-    key = lease_key(header.consumer_group, header.topic, header.queue_id, header.offset, receipt)
+    key, receipt = named_lease(header)
     pop = pop_service(ctx)
     try:
         outcome, lease = pop.change(key, receipt, now_ms(), header.invisible_time)

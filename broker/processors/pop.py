@@ -21,9 +21,7 @@ from broker.dispatch import processor
 from broker.metrics import EventKind
 from broker.pop.reader import MAX_POP_MESSAGES, REVIVE_QID, PopRequest, PopResult
 from broker.pop.service import PopService
-from broker.processors.pull import parse_tags
-from protocol.bodies.heartbeat import EXPRESSION_TAG
-from protocol.bodies.route import is_readable
+from broker.processors.pull import check_expression_type, check_readable, parse_tags
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import BrokerError
@@ -66,29 +64,9 @@ def pop_request(ctx: BrokerContext, header: PopMessageRequestHeader) -> PopReque
             f"invisibleTime must be > 0 ms, not {header.invisible_time}",
             code=ResponseCode.INVALID_PARAMETER,
         )
-    config = ctx.topics.get(header.topic)
-    if config is None:
-        raise BrokerError(
-            f"topic[{header.topic}] not exist, apply first please!",
-            code=ResponseCode.TOPIC_NOT_EXIST,
-        )
-    if not is_readable(config.perm):
-        raise BrokerError(
-            f"the topic[{header.topic}] peeking message is forbidden",
-            code=ResponseCode.NO_PERMISSION,
-        )
-    if header.queue_id >= config.read_queue_nums:
-        raise BrokerError(
-            f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
-            f"topicConfig.readQueueNums:[{config.read_queue_nums}] "
-            f"consumer:[{header.consumer_group}]",
-            code=ResponseCode.INVALID_PARAMETER,
-        )
-    if (header.exp_type or EXPRESSION_TAG).upper() != EXPRESSION_TAG:
-        raise BrokerError(
-            f"The broker does not support consumer to filter message by {header.exp_type}",
-            code=ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-        )
+    check_readable(ctx, header.topic, header.queue_id, header.consumer_group,
+                   verb="peeking", any_queue=True)  # fmt: skip
+    check_expression_type(header.exp_type)
     return PopRequest(
         group=header.consumer_group,
         topic=header.topic,

@@ -98,36 +98,55 @@ def tag_filter(ctx: BrokerContext, header: PullMessageRequestHeader) -> frozense
         if sub is None:
             return None
         expression, expression_type = sub.sub_string, sub.expression_type
+    check_expression_type(expression_type)
+    return parse_tags(expression)
+
+
+def check_expression_type(expression_type: str | None) -> None:
+    """Raise unless the subscription is a TAG expression (or has no type: TAG).
+
+    Raises:
+        BrokerError: ``SUBSCRIPTION_PARSE_FAILED``.
+    """
     if (expression_type or EXPRESSION_TAG).upper() != EXPRESSION_TAG:
         raise BrokerError(
             f"The broker does not support consumer to filter message by {expression_type}",
             code=ResponseCode.SUBSCRIPTION_PARSE_FAILED,
         )
-    return parse_tags(expression)
 
 
-def check_readable(ctx: BrokerContext, header: PullMessageRequestHeader) -> None:
-    """Raise unless the topic exists, may be read and has the requested queue.
+def check_readable(
+    ctx: BrokerContext,
+    topic: str,
+    queue_id: int,
+    group: str,
+    *,
+    verb: str = "pulling",
+    any_queue: bool = False,
+) -> None:
+    """Raise unless the topic exists, may be read and has the requested queue (with
+    ``any_queue``, a negative queue id means "any" and passes). ``verb`` is RocketMQ's word
+    in the permission remark ("pulling", "peeking" for pops).
 
     Raises:
         BrokerError: ``TOPIC_NOT_EXIST``, ``NO_PERMISSION`` or ``INVALID_PARAMETER``.
     """
-    config = ctx.topics.get(header.topic)
+    config = ctx.topics.get(topic)
     if config is None:
         raise BrokerError(
-            f"topic[{header.topic}] not exist, apply first please!",
+            f"topic[{topic}] not exist, apply first please!",
             code=ResponseCode.TOPIC_NOT_EXIST,
         )
     if not is_readable(config.perm):
         raise BrokerError(
-            f"the topic[{header.topic}] pulling message is forbidden",
+            f"the topic[{topic}] {verb} message is forbidden",
             code=ResponseCode.NO_PERMISSION,
         )
-    if not 0 <= header.queue_id < config.read_queue_nums:
+    if queue_id >= config.read_queue_nums or (queue_id < 0 and not any_queue):
         raise BrokerError(
-            f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
+            f"queueId[{queue_id}] is illegal, topic:[{topic}] "
             f"topicConfig.readQueueNums:[{config.read_queue_nums}] "
-            f"consumer:[{header.consumer_group}]",
+            f"consumer:[{group}]",
             code=ResponseCode.INVALID_PARAMETER,
         )
 
@@ -191,7 +210,7 @@ async def pull_message(
     """Serve one pull: commit the piggy-backed offset, read, and hold a caught-up pull until a
     matching message arrives or its suspend timeout passes."""
     header = PullMessageRequestHeader.from_ext(cmd.ext_fields)
-    check_readable(ctx, header)
+    check_readable(ctx, header.topic, header.queue_id, header.consumer_group)
     tags = tag_filter(ctx, header)
     if header.has_commit_offset:
         # C++ clients commit on every pull (sysFlag 7); negative commits are ignored.
