@@ -432,14 +432,15 @@ OURS: dict[str, Callable[[Params], Any]] = {
 
 # ---------------------------------------------------------------- processes
 @contextmanager
-def broker_process(verbose: bool) -> Iterator[tuple[int, int]]:
-    """Run ``python -m broker`` on 127.0.0.1 and a free port; yields (pid, port)."""
-    WORK_DIR.mkdir(exist_ok=True)
-    data_dir = Path(tempfile.mkdtemp(prefix="broker-", dir=WORK_DIR))
-    log_path = data_dir.parent / (data_dir.name + ".log")
-    env = {**os.environ, "TRIMQ_SEGMENT_SIZE": str(256 * 1024 * 1024)}
+def broker_subprocess(
+    data_dir: Path, log_path: Path, *args: str, segment_size: int = 256 * 1024 * 1024
+) -> Iterator[tuple[int, int]]:
+    """Run ``python -m broker --data-dir data_dir *args`` on 127.0.0.1 and a free port, its
+    output in ``log_path``; yields (pid, port) once it logged "broker started"; stopped with
+    SIGTERM (by pid) on exit. The data dir is left for the caller."""
+    env = {**os.environ, "TRIMQ_SEGMENT_SIZE": str(segment_size)}
     argv = [sys.executable, "-m", "broker", "--host", "127.0.0.1", "--port", "0"]
-    argv += ["--data-dir", str(data_dir)]
+    argv += ["--data-dir", str(data_dir), *args]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=log)
     try:
@@ -454,19 +455,33 @@ def broker_process(verbose: bool) -> Iterator[tuple[int, int]]:
                         port = int(json.loads(line)["port"])
                     except (ValueError, KeyError):
                         continue
-            time.sleep(0.1)
+            time.sleep(0.05)
         if not port:
             raise RuntimeError("broker did not start within 30 s")
-        if verbose:
-            print(f"broker pid {proc.pid} port {port} data {data_dir}", flush=True)
         yield proc.pid, port
     finally:
-        proc.send_signal(signal.SIGTERM)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+
+@contextmanager
+def broker_process(verbose: bool) -> Iterator[tuple[int, int]]:
+    """Run ``python -m broker`` on 127.0.0.1 and a free port in a fresh data dir (removed at
+    the end); yields (pid, port)."""
+    WORK_DIR.mkdir(exist_ok=True)
+    data_dir = Path(tempfile.mkdtemp(prefix="broker-", dir=WORK_DIR))
+    log_path = data_dir.parent / (data_dir.name + ".log")
+    try:
+        with broker_subprocess(data_dir, log_path) as (pid, port):
+            if verbose:
+                print(f"broker pid {pid} port {port} data {data_dir}", flush=True)
+            yield pid, port
+    finally:
         shutil.rmtree(data_dir, ignore_errors=True)
         log_path.unlink(missing_ok=True)
 
@@ -605,7 +620,7 @@ def main() -> None:
                     ours[wl].append(res)
                     short = {k: round(v, 3) for k, v in res.items()}
                     print(f"[trimq] {wl} size={size} run={run}: {short}", flush=True)
-                    _write(args.out, {"peer": "trimq", "workload": wl, "size": size, **res})
+                    write_row(args.out, {"peer": "trimq", "workload": wl, "size": size, **res})
                 for name in peers:
                     try:
                         rows = run_peer(name, args.peer_python, size, common, args.count)
@@ -617,7 +632,7 @@ def main() -> None:
                         keys = ("msgs_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms")
                         short = {k: round(row[k], 3) for k in keys if k in row}
                         print(f"[{name}] {wl} size={size} run={run}: {short}", flush=True)
-                        _write(args.out, row)
+                        write_row(args.out, row)
             print_table(size, ours, theirs, cpu)
 
 
@@ -626,7 +641,7 @@ PEER_COMMON_ARGS: tuple[str, ...] = ("n_sync", "n_pipe", "batch", "backlog", "ma
 PEER_COMMON_ARGS += ("rate", "e2e_seconds", "warmup")
 
 
-def _write(path: str | None, row: dict[str, Any]) -> None:
+def write_row(path: str | None, row: dict[str, Any]) -> None:
     if path:
         with open(path, "a") as f:
             f.write(json.dumps(row) + "\n")

@@ -55,10 +55,9 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import trio
 
@@ -72,8 +71,16 @@ from benchmarks.bench_broker import (
     proc_cpu_seconds,
     send_ext,
     with_conns,
+    write_row,
 )
-from benchmarks.peers import PEER_BENCH, PEER_PYTHON, WORK_DIR, ensure_peer_venv, stop_pid
+from benchmarks.peers import (
+    PEER_BENCH,
+    PEER_PYTHON,
+    WORK_DIR,
+    ensure_peer_venv,
+    redis_cli,
+    redis_daemon,
+)
 from protocol.bodies.ack import BatchAck, BatchAckMessageRequestBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
@@ -352,18 +359,6 @@ def free_port() -> int:
         return port
 
 
-def redis_cli(port: int, *args: str) -> str:
-    try:
-        out = subprocess.run(
-            ["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args],
-            capture_output=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return out.stdout.decode(errors="replace").strip()
-
-
 def redis_pid(port: int) -> int:
     """The pid of the Redis answering on ``port`` (0 if none answers)."""
     for line in redis_cli(port, "info", "server").splitlines():
@@ -378,27 +373,9 @@ def private_redis() -> Iterator[tuple[int, int]]:
     if shutil.which("redis-server") is None:
         raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
     port = free_port()
-    rdir = Path(tempfile.mkdtemp(prefix="redis-pop-", dir=WORK_DIR))
-    argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", ""]
-    argv += ["--appendonly", "no", "--daemonize", "yes", "--dir", str(rdir)]
-    argv += ["--pidfile", str(rdir / "redis.pid"), "--logfile", str(rdir / "redis.log")]
-    subprocess.run(argv, check=True, timeout=30)
-    pid = 0
-    try:
-        deadline = time.monotonic() + 10
-        while not (pid and redis_cli(port, "ping") == "PONG") and time.monotonic() < deadline:
-            with suppress(OSError, ValueError):
-                pid = int((rdir / "redis.pid").read_text())
-            time.sleep(0.1)
-        if not pid or redis_cli(port, "ping") != "PONG":
-            raise RuntimeError(f"redis-server on port {port} did not start within 10 s")
+    with redis_daemon(port, "redis-pop-") as pid:
         print(f"redis pid {pid} port {port} (private)", flush=True)
         yield pid, port
-    finally:
-        redis_cli(port, "shutdown", "nosave")
-        if pid:
-            stop_pid(pid, grace=5)
-        shutil.rmtree(rdir, ignore_errors=True)
 
 
 def redis_round(
@@ -611,7 +588,7 @@ def main() -> None:
                     ours[wl].append(res)
                     short = {k: round(v, 3) for k, v in res.items()}
                     print(f"[trimq] {wl} size={size} run={run}: {short}", flush=True)
-                    _write(args.out, {"peer": "trimq", "workload": wl, "size": size, **res})
+                    write_row(args.out, {"peer": "trimq", "workload": wl, "size": size, **res})
                 if with_redis:
                     try:
                         row = redis_round(
@@ -624,7 +601,7 @@ def main() -> None:
                     redis.append(row)
                     short = {k: round(v, 3) for k, v in row.items()}
                     print(f"[redis] consume_ack size={size} run={run}: {short}", flush=True)
-                    _write(
+                    write_row(
                         args.out, {"peer": "redis", "workload": "consume_ack", "size": size, **row}
                     )
             print_table(size, args.count, ours, redis)
@@ -636,12 +613,6 @@ def main() -> None:
             res = trio.run(OURS[wl], p)
             print(f"[trimq] {wl} under py-spy: {res['msgs_per_s']:.0f} msgs/s", flush=True)
             profile_summary(args.profile, args.profile_top)
-
-
-def _write(path: str | None, row: dict[str, Any]) -> None:
-    if path:
-        with open(path, "a") as f:
-            f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":

@@ -88,16 +88,49 @@ def stop_pid(pid: int, grace: float = 10.0) -> None:
 
 
 # ---------------------------------------------------------------- Redis
-def redis_ping() -> bool:
+def redis_cli(port: int, *args: str) -> str:
+    """``redis-cli -p port args…`` on loopback; its output ("" when it could not run)."""
     try:
         out = subprocess.run(
-            ["redis-cli", "-h", "127.0.0.1", "-p", str(REDIS_PORT), "ping"],
+            ["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args],
             capture_output=True,
-            timeout=5,
+            timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.stdout.strip() == b"PONG"
+        return ""
+    return out.stdout.decode(errors="replace").strip()
+
+
+def redis_ping(port: int = REDIS_PORT) -> bool:
+    """True if a Redis answers on ``port``."""
+    return redis_cli(port, "ping") == "PONG"
+
+
+@contextmanager
+def redis_daemon(port: int, prefix: str = "redis-") -> Iterator[int]:
+    """Start ``redis-server`` on loopback ``port`` without persistence, wait until it answers,
+    yield its pid; shut it down (then stop it by pid) at the end."""
+    WORK_DIR.mkdir(exist_ok=True)
+    rdir = Path(tempfile.mkdtemp(prefix=prefix, dir=WORK_DIR))
+    argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", ""]
+    argv += ["--appendonly", "no", "--daemonize", "yes", "--dir", str(rdir)]
+    argv += ["--pidfile", str(rdir / "redis.pid"), "--logfile", str(rdir / "redis.log")]
+    subprocess.run(argv, check=True, timeout=30)
+    pid = 0
+    try:
+        deadline = time.monotonic() + 10
+        while not (pid and redis_ping(port)) and time.monotonic() < deadline:
+            with suppress(OSError, ValueError):
+                pid = int((rdir / "redis.pid").read_text())
+            time.sleep(0.1)
+        if not pid or not redis_ping(port):
+            raise RuntimeError(f"redis-server on port {port} did not start within 10 s")
+        yield pid
+    finally:
+        redis_cli(port, "shutdown", "nosave")
+        if pid:
+            stop_pid(pid, grace=5)
+        shutil.rmtree(rdir, ignore_errors=True)
 
 
 @contextmanager
@@ -108,31 +141,8 @@ def redis_server() -> Iterator[None]:
         return
     if shutil.which("redis-server") is None:
         apt_install("redis-server", "redis-tools")
-    WORK_DIR.mkdir(exist_ok=True)
-    rdir = Path(tempfile.mkdtemp(prefix="redis-", dir=WORK_DIR))
-    argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(REDIS_PORT), "--save", ""]
-    argv += ["--appendonly", "no", "--daemonize", "yes", "--dir", str(rdir)]
-    argv += ["--pidfile", str(rdir / "redis.pid"), "--logfile", str(rdir / "redis.log")]
-    subprocess.run(argv, check=True, timeout=30)
-    pid = 0
-    try:
-        deadline = time.monotonic() + 10
-        while not (pid and redis_ping()) and time.monotonic() < deadline:
-            with suppress(OSError, ValueError):
-                pid = int((rdir / "redis.pid").read_text())
-            time.sleep(0.1)
-        if not pid:
-            raise RuntimeError("redis-server did not write its pid file within 10 s")
+    with redis_daemon(REDIS_PORT):
         yield
-    finally:
-        subprocess.run(
-            ["redis-cli", "-h", "127.0.0.1", "-p", str(REDIS_PORT), "shutdown", "nosave"],
-            capture_output=True,
-            timeout=30,
-        )
-        if pid:
-            stop_pid(pid)
-        shutil.rmtree(rdir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- RabbitMQ

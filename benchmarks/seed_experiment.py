@@ -50,8 +50,6 @@ import json
 import math
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -63,6 +61,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from benchmarks.bench_broker import broker_subprocess
 from broker.metrics import read_events
 from protocol.codes import RequestCode, ResponseCode
 from protocol.headers.send import SendMessageRequestHeader, send_header_to_v2_ext
@@ -215,36 +214,12 @@ def broker_process(work: Path, mode: str, naming: str, tag: str) -> Iterator[Bro
     metrics_dir = data_dir / "metrics"
     log_path = work / f"broker-{tag}.log"
     data_dir.mkdir(parents=True)
-    env = {**os.environ, "TRIMQ_SEGMENT_SIZE": str(64 * 1024 * 1024)}
-    argv = [sys.executable, "-m", "broker", "--host", "127.0.0.1", "--port", "0",
-            "--data-dir", str(data_dir), "--metrics-dir", str(metrics_dir),
-            "--wake-mode", mode, "--retry-naming", naming]  # fmt: skip
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=log)
-    try:
-        port = 0
-        deadline = time.monotonic() + 30
-        while not port and time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"broker exited: {log_path.read_text()[-2000:]}")
-            for line in log_path.read_text().splitlines():
-                if "broker started" in line:
-                    try:
-                        port = int(json.loads(line)["port"])
-                    except (ValueError, KeyError):
-                        continue
-            time.sleep(0.05)
-        if not port:
-            raise RuntimeError("broker did not start within 30 s")
-        yield BrokerProc(proc.pid, port, data_dir, metrics_dir, log_path)
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+    args = ("--metrics-dir", str(metrics_dir), "--wake-mode", mode, "--retry-naming", naming)
+    with broker_subprocess(data_dir, log_path, *args, segment_size=64 * 1024 * 1024) as (
+        pid,
+        port,
+    ):
+        yield BrokerProc(pid, port, data_dir, metrics_dir, log_path)
 
 
 # ---------------------------------------------------------------- client helpers
