@@ -53,8 +53,8 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -66,7 +66,7 @@ from broker.metrics import read_events
 from protocol.codes import RequestCode, ResponseCode
 from protocol.headers.send import SendMessageRequestHeader, send_header_to_v2_ext
 from protocol.properties import REVIVE_DEADLINE_MS, encode_properties
-from tests.broker.client import BrokerClient, open_client
+from tests.broker.client import BrokerClient, open_client, open_client_of
 from tests.broker.pop_client import Popped, ack, pop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -235,20 +235,9 @@ class StampedClient(BrokerClient):
         super()._wake()
 
 
-@asynccontextmanager
-async def open_stamped_client(port: int) -> AsyncIterator[StampedClient]:
+def open_stamped_client(port: int) -> AbstractAsyncContextManager[StampedClient]:
     """:func:`tests.broker.client.open_client` for a :class:`StampedClient`."""
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    client = StampedClient(stream)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(client._read)
-            try:
-                yield client
-            finally:
-                nursery.cancel_scope.cancel()
-    finally:
-        await trio.aclose_forcefully(stream)
+    return open_client_of(StampedClient, port)
 
 
 def check(reply_code: int, remark: str | None, what: str) -> None:

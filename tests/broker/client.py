@@ -17,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -156,11 +156,14 @@ class BrokerClient:
         self._changed = trio.Event()
 
 
+C = TypeVar("C", bound=BrokerClient)
+
+
 @asynccontextmanager
-async def open_client(port: int, host: str = "127.0.0.1") -> AsyncIterator[BrokerClient]:
-    """Connect to a broker; the connection is closed on exit."""
+async def open_client_of(cls: type[C], port: int, host: str = "127.0.0.1") -> AsyncIterator[C]:
+    """Connect a ``cls`` client to a broker; the connection is closed on exit."""
     stream = await trio.open_tcp_stream(host, port)
-    client = BrokerClient(stream)
+    client = cls(stream)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(client._read)
@@ -170,6 +173,11 @@ async def open_client(port: int, host: str = "127.0.0.1") -> AsyncIterator[Broke
                 nursery.cancel_scope.cancel()
     finally:
         await trio.aclose_forcefully(stream)
+
+
+def open_client(port: int, host: str = "127.0.0.1") -> AbstractAsyncContextManager[BrokerClient]:
+    """Connect to a broker; the connection is closed on exit."""
+    return open_client_of(BrokerClient, port, host)
 
 
 #: Commit-log segments are preallocated: tests use small ones (the default is 1 GiB).
