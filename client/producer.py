@@ -1,0 +1,360 @@
+"""``Producer``: send messages, retrying on another broker within one total timeout.
+
+Semantics follow ``DefaultMQProducer`` (sync send): ``1 + retry_times`` attempts, each given
+what is left of ``send_timeout``; a queue is picked round-robin, skipping the broker whose
+attempt just failed and brokers whose connection is backing off; client-side failures
+(connect refused, connection lost, timeout) and the broker codes RocketMQ retries
+(``SYSTEM_ERROR``, ``SYSTEM_BUSY``, ``SERVICE_NOT_AVAILABLE``, ``NO_PERMISSION``,
+``TOPIC_NOT_EXIST``) move on to the next attempt; any other broker answer raises at once.
+A topic no name server knows is sent with ``TBW102`` as its default topic, so the broker
+auto-creates it (``autoCreateTopicEnable``).
+
+Ordered sends take a ``sharding_key``: the same key always maps to the same queue (a stable
+hash of the key over the topic's write queues, Java's ``SelectMessageQueueByHash``), and such
+a send retries only that queue, since moving it would break the order.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from types import TracebackType
+
+import anyio
+
+from client.config import ClientConfig
+from client.errors import ClientClosedError, ClientError, NoRouteError, SendFailedError
+from client.instance import ClientInstance, TopicRoute, open_instance
+from client.message import MAX_BODY_SIZE, Message, SendReceipt, SendStatus, compress_body
+from protocol.batch import BatchEntry, encode_batch
+from protocol.bodies.consumer import MessageQueue
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.errors import BrokerError, for_code
+from protocol.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
+from protocol.msgid import UniqKeyGenerator, ip_to_bytes
+from protocol.naming import validate_group
+from protocol.properties import encode_properties, java_string_hash
+
+AUTO_CREATE_TOPIC = "TBW102"
+#: Broker answers after which another broker may succeed (``DefaultMQProducer``).
+RETRY_CODES = frozenset(
+    {
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.TOPIC_NOT_EXIST,
+    }
+)
+_STATUS = {
+    ResponseCode.SUCCESS: SendStatus.SEND_OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+}
+
+#: Builds the request of one attempt for a queue and a default topic.
+_Builder = Callable[[MessageQueue, str], RemotingCommand]
+
+
+def shard_queue(queues: Sequence[MessageQueue], key: str) -> MessageQueue:
+    """The queue a sharding key maps to: stable across processes and runs."""
+    return queues[abs(java_string_hash(key)) % len(queues)]
+
+
+class Producer:
+    """Sends messages (use as ``async with Producer(...) as producer``).
+
+    Args:
+        config: connection settings (name servers, timeouts).
+        group: the producer group (``DEFAULT_PRODUCER`` as in Java).
+        send_timeout: total seconds for one send, retries included.
+        retry_times: extra attempts after the first.
+        compress_over: bodies of at least this many bytes are zlib-compressed (0 = never).
+        max_body_size: larger bodies are refused before sending.
+        default_topic_queue_nums: queues of a topic the broker auto-creates for us.
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig | None = None,
+        *,
+        group: str = "DEFAULT_PRODUCER",
+        send_timeout: float = 3.0,
+        retry_times: int = 2,
+        compress_over: int = 4096,
+        max_body_size: int = MAX_BODY_SIZE,
+        default_topic_queue_nums: int = 4,
+    ) -> None:
+        validate_group(group)
+        self.config = config or ClientConfig()
+        self.group = group
+        self.send_timeout = send_timeout
+        self.retry_times = retry_times
+        self.compress_over = compress_over
+        self.max_body_size = max_body_size
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self._instance: ClientInstance | None = None
+        self._stack: AsyncExitStack | None = None
+        self._next_queue = 0
+        ip = self.config.client_ip
+        try:
+            packed = ip_to_bytes(ip)
+        except ValueError:
+            packed = bytes(4)
+        self._uniq = UniqKeyGenerator(packed, os.getpid(), lambda: int(time.time() * 1000))
+
+    # ------------------------------------------------------------------ lifetime
+    async def __aenter__(self) -> Producer:
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            instance, _ = await stack.enter_async_context(open_instance(self.config))
+        except BaseException:
+            await stack.__aexit__(None, None, None)
+            raise
+        instance.producer_groups.add(self.group)
+        self._instance, self._stack = instance, stack
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        instance, stack = self._instance, self._stack
+        self._instance = self._stack = None
+        if instance is None or stack is None:
+            return
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.request_timeout):
+            await instance.unregister(producer_group=self.group)
+        await stack.__aexit__(exc_type, exc, tb)
+
+    @property
+    def instance(self) -> ClientInstance:
+        """The running client core.
+
+        Raises:
+            ClientClosedError: outside ``async with``.
+        """
+        if self._instance is None:
+            raise ClientClosedError("the producer is not running: use 'async with Producer(...)'")
+        return self._instance
+
+    # ------------------------------------------------------------------ sending
+    async def send(self, message: Message, *, sharding_key: str | None = None) -> SendReceipt:
+        """Send ``message`` and wait until the broker stored it.
+
+        Raises:
+            ValueError, IllegalNameError: the message is invalid (nothing was sent).
+            SendFailedError: every attempt failed within ``send_timeout``.
+            BrokerError: the broker refused it for a reason retrying cannot fix.
+        """
+        message.validate(self.max_body_size)
+        uniq = self._uniq.new_uniq_key()
+        body, sys_flag = compress_body(message.body, 0, self.compress_over)
+        properties = encode_properties(message.wire_properties(uniq))
+        return await self._send_with_retries(
+            message.topic,
+            sharding_key,
+            lambda queue, default: self._single_request(
+                queue, default, message, body, sys_flag, properties
+            ),
+            uniq,
+        )
+
+    async def send_oneway(self, message: Message, *, sharding_key: str | None = None) -> None:
+        """Send ``message`` without waiting for the broker (one attempt, no result)."""
+        message.validate(self.max_body_size)
+        body, sys_flag = compress_body(message.body, 0, self.compress_over)
+        properties = encode_properties(message.wire_properties(self._uniq.new_uniq_key()))
+        route, default = await self._route(message.topic)
+        queue = self._pick(route, sharding_key, avoid=None)
+        cmd = self._single_request(queue, default, message, body, sys_flag, properties)
+        await self.instance.remoting.invoke_oneway(self._address(queue), cmd, self.send_timeout)
+
+    async def send_batch(
+        self, messages: Sequence[Message], *, sharding_key: str | None = None
+    ) -> list[SendReceipt]:
+        """Send messages of one topic in one request (stored atomically, in order, in one
+        queue). Batches are never compressed, as in RocketMQ.
+
+        Raises:
+            ValueError: empty batch, mixed topics, delayed messages or an invalid message.
+        """
+        if not messages:
+            raise ValueError("a batch needs at least one message")
+        topic = messages[0].topic
+        entries = []
+        uniqs = []
+        for message in messages:
+            message.validate(self.max_body_size)
+            if message.topic != topic:
+                raise ValueError("every message of a batch must have the same topic")
+            if message.delay_level or message.delivery_timestamp is not None:
+                raise ValueError("delayed messages cannot be batched")
+            uniqs.append(self._uniq.new_uniq_key())
+            entries.append(
+                BatchEntry(message.body, message.wire_properties(uniqs[-1]), message.flag)
+            )
+        body = encode_batch(entries)
+        if len(body) > self.max_body_size:
+            raise ValueError(f"batch of {len(body)} bytes exceeds {self.max_body_size}")
+        first = await self._send_with_retries(
+            topic, sharding_key, lambda q, d: self._batch_request(q, d, topic, body), uniqs[0]
+        )
+        ids = first.offset_message_id.split(",")
+        return [
+            SendReceipt(
+                uniq,
+                first.queue,
+                first.queue_offset + i,
+                ids[i] if i < len(ids) else "",
+                first.status,
+            )
+            for i, uniq in enumerate(uniqs)
+        ]
+
+    # ------------------------------------------------------------------ internals
+    async def _send_with_retries(
+        self,
+        topic: str,
+        sharding_key: str | None,
+        build: _Builder,
+        uniq: str,
+    ) -> SendReceipt:
+        deadline = anyio.current_time() + self.send_timeout
+        attempts: list[tuple[str, Exception]] = []
+        avoid: str | None = None
+        for _ in range(1 + self.retry_times):
+            left = deadline - anyio.current_time()
+            if left <= 0:
+                break
+            try:
+                with anyio.fail_after(left):
+                    route, default = await self._route(topic)
+            except (NoRouteError, TimeoutError) as exc:
+                attempts.append(("(route)", exc))
+                continue
+            queue = self._pick(route, sharding_key, avoid=avoid)
+            try:
+                reply = await self.instance.remoting.invoke(
+                    self._address(queue),
+                    build(queue, default),
+                    max(0.001, deadline - anyio.current_time()),
+                )
+                return self._receipt(reply, queue, uniq)
+            except ClientError as exc:
+                attempts.append((queue.broker_name, exc))
+            except BrokerError as exc:
+                if exc.code not in RETRY_CODES:
+                    raise
+                attempts.append((queue.broker_name, exc))
+            avoid = queue.broker_name
+        spent = self.send_timeout - max(0.0, deadline - anyio.current_time())
+        detail = "; ".join(f"{b}: {e}" for b, e in attempts) or "no time left"
+        raise SendFailedError(
+            f"send to {topic!r} failed after {len(attempts)} attempt(s) in {spent:.3f} s: {detail}",
+            attempts=attempts,
+        )
+
+    async def _route(self, topic: str) -> tuple[TopicRoute, str]:
+        """The route to write ``topic`` and the default topic for auto-creation."""
+        instance = self.instance
+        try:
+            route = await instance.route(topic)
+            if route.write_queues:
+                return route, AUTO_CREATE_TOPIC
+        except NoRouteError:
+            pass
+        fallback = await instance.route(AUTO_CREATE_TOPIC)
+        if not fallback.write_queues:
+            raise NoRouteError(f"topic {topic!r} has no writable queue and cannot be auto-created")
+        queues = tuple(
+            MessageQueue(topic, q.broker_name, q.queue_id)
+            for q in fallback.write_queues
+            if q.queue_id < self.default_topic_queue_nums
+        )
+        return TopicRoute(topic, fallback.data, queues, ()), AUTO_CREATE_TOPIC
+
+    def _pick(
+        self, route: TopicRoute, sharding_key: str | None, *, avoid: str | None
+    ) -> MessageQueue:
+        queues = route.write_queues
+        if sharding_key is not None:
+            return shard_queue(queues, sharding_key)
+        remoting = self.instance.remoting
+        usable = [
+            q
+            for q in queues
+            if q.broker_name != avoid
+            and not remoting.is_backing_off(self.instance.broker_address(q.broker_name) or "")
+        ]
+        pool = usable or [q for q in queues if q.broker_name != avoid] or list(queues)
+        self._next_queue += 1
+        return pool[self._next_queue % len(pool)]
+
+    def _address(self, queue: MessageQueue) -> str:
+        address = self.instance.broker_address(queue.broker_name)
+        if address is None:
+            raise NoRouteError(f"broker {queue.broker_name!r} has no master address")
+        return address
+
+    def _header(
+        self,
+        queue: MessageQueue,
+        default: str,
+        *,
+        sys_flag: int = 0,
+        flag: int = 0,
+        properties: str | None = None,
+        batch: bool | None = None,
+    ) -> SendMessageRequestHeader:
+        return SendMessageRequestHeader(
+            producer_group=self.group,
+            topic=queue.topic,
+            default_topic=default,
+            default_topic_queue_nums=self.default_topic_queue_nums,
+            queue_id=queue.queue_id,
+            born_timestamp=int(time.time() * 1000),
+            broker_name=queue.broker_name,
+            sys_flag=sys_flag,
+            flag=flag,
+            properties=properties,
+            batch=batch,
+        )
+
+    def _single_request(
+        self,
+        queue: MessageQueue,
+        default: str,
+        message: Message,
+        body: bytes,
+        sys_flag: int,
+        properties: str,
+    ) -> RemotingCommand:
+        header = self._header(
+            queue, default, sys_flag=sys_flag, flag=message.flag, properties=properties
+        )
+        return self.instance.request(RequestCode.SEND_MESSAGE_V2, header.to_v2_ext(), body)
+
+    def _batch_request(
+        self, queue: MessageQueue, default: str, topic: str, body: bytes
+    ) -> RemotingCommand:
+        header = self._header(queue, default, batch=True)
+        return self.instance.request(RequestCode.SEND_BATCH_MESSAGE, header.to_v2_ext(), body)
+
+    @staticmethod
+    def _receipt(reply: RemotingCommand, queue: MessageQueue, uniq: str) -> SendReceipt:
+        status = _STATUS.get(reply.code)  # type: ignore[call-overload]
+        if status is None:
+            raise for_code(reply.code, reply.remark)
+        header = SendMessageResponseHeader.from_ext(reply.ext_fields)
+        stored = MessageQueue(queue.topic, queue.broker_name, header.queue_id)
+        return SendReceipt(
+            uniq, stored, header.queue_offset, header.msg_id, status, header.transaction_id
+        )

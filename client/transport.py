@@ -1,0 +1,206 @@
+"""One multiplexed Remoting connection on anyio (works under trio and asyncio).
+
+Theory of operation: :meth:`Connection.request` gives each request a fresh ``opaque``, writes
+its frame under a write lock, and parks on a slot keyed by that opaque. One reader task
+(:meth:`Connection.run`, owned by the caller's task group) decodes frames as they arrive and
+fills the slots, so any number of requests — a 30 s long poll beside a send — share the
+connection and their replies come back in whatever order the broker answers. Requests the
+broker initiates (``NOTIFY_CONSUMER_IDS_CHANGED``, ``CHECK_TRANSACTION_STATE``…) go to an
+``on_request`` callback; unknown ones are answered ``REQUEST_CODE_NOT_SUPPORTED`` so the
+broker never waits on us.
+
+Timeouts are cancel scopes at the call site of each request (``fail_after``), turned into
+:class:`RequestTimeoutError`. When the connection ends (EOF, reset, a frame we cannot decode)
+every waiting request fails at once with :class:`ConnectionLostError` instead of waiting out
+its timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+from collections.abc import Awaitable, Callable
+
+import anyio
+import anyio.abc
+
+from client.errors import ConnectionLostError, RequestTimeoutError
+from protocol.codes import ResponseCode, SerializeType
+from protocol.command import FLAG_ONEWAY, RemotingCommand
+from protocol.errors import ProtocolError
+from protocol.frame import FrameDecoder, encode_command
+
+#: Called for each request the broker sends us; returns the reply, or None for none.
+RequestHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
+_READ_SIZE = 256 * 1024
+
+
+class _Slot:
+    """Where the reader puts the reply of one pending request."""
+
+    __slots__ = ("event", "reply")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.reply: RemotingCommand | None = None
+
+
+class Connection:
+    """One TCP connection to a broker or name server (see the module docstring).
+
+    Args:
+        stream: a connected byte stream; the connection owns and closes it.
+        address: ``host:port``, for messages.
+        serialize_type: header encoding of our requests (msgpack by default for our own
+            broker; JSON for any RocketMQ server).
+        on_request: handler for requests the server sends us.
+        max_frame_size: largest frame accepted from the server.
+    """
+
+    def __init__(
+        self,
+        stream: anyio.abc.ByteStream,
+        address: str,
+        *,
+        serialize_type: SerializeType = SerializeType.MSGPACK,
+        on_request: RequestHandler | None = None,
+        max_frame_size: int = 64 * 1024 * 1024,
+    ) -> None:
+        self.stream = stream
+        self.address = address
+        self.serialize_type = serialize_type
+        self._on_request = on_request
+        self._decoder = FrameDecoder(max_frame_size)
+        self._pending: dict[int, _Slot] = {}
+        self._opaques = itertools.count(1)
+        self._write_lock = anyio.Lock()
+        self._closed = False
+        self._error: str | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
+
+    @property
+    def closed(self) -> bool:
+        """True once the connection ended; a closed connection is never reused."""
+        return self._closed
+
+    # ------------------------------------------------------------------ requests
+    async def request(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:  # noqa: ASYNC109
+        """Send ``cmd`` and wait up to ``timeout`` seconds for its reply.
+
+        Raises:
+            RequestTimeoutError: no reply in time (the request may still have been applied).
+            ConnectionLostError: the connection closed first.
+        """
+        self._check_open()
+        opaque = next(self._opaques)
+        slot = _Slot()
+        self._pending[opaque] = slot
+        try:
+            with anyio.fail_after(timeout):
+                await self._write(self._prepare(cmd, opaque, oneway=False))
+                await slot.event.wait()
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no reply from {self.address} to request code {cmd.code} within {timeout:g} s"
+            ) from None
+        finally:
+            del self._pending[opaque]
+        if slot.reply is None:
+            raise ConnectionLostError(f"connection to {self.address} lost: {self._error}")
+        return slot.reply
+
+    async def oneway(self, cmd: RemotingCommand, timeout: float) -> None:  # noqa: ASYNC109
+        """Send ``cmd`` flagged oneway: the server sends no reply."""
+        self._check_open()
+        try:
+            with anyio.fail_after(timeout):
+                await self._write(self._prepare(cmd, next(self._opaques), oneway=True))
+        except TimeoutError:
+            raise RequestTimeoutError(f"oneway write to {self.address} timed out") from None
+
+    def _prepare(self, cmd: RemotingCommand, opaque: int, *, oneway: bool) -> bytes:
+        flag = cmd.flag | FLAG_ONEWAY if oneway else cmd.flag
+        return encode_command(
+            dataclasses.replace(cmd, opaque=opaque, flag=flag, serialize_type=self.serialize_type)
+        )
+
+    async def _write(self, data: bytes) -> None:
+        async with self._write_lock:
+            try:
+                await self.stream.send(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+                self._fail(f"write failed: {exc!r}")
+                raise ConnectionLostError(f"connection to {self.address} lost: {exc!r}") from exc
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConnectionLostError(f"connection to {self.address} is closed: {self._error}")
+
+    # ------------------------------------------------------------------ reading
+    async def run(self) -> None:
+        """Read and dispatch frames until the connection ends; then fail what is pending.
+        Start it in a task group that outlives the connection's use."""
+        try:
+            async with anyio.create_task_group() as tg:
+                self._task_group = tg
+                await self._read_loop()
+                tg.cancel_scope.cancel()
+        finally:
+            self._fail(self._error or "closed")
+            with anyio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    async def _read_loop(self) -> None:
+        while True:
+            try:
+                data = await self.stream.receive(_READ_SIZE)
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                self._error = "closed by peer"
+                return
+            except (anyio.BrokenResourceError, OSError) as exc:
+                self._error = f"read failed: {exc!r}"
+                return
+            self._decoder.feed(data)
+            try:
+                while (cmd := self._decoder.next_command()) is not None:
+                    self._dispatch(cmd)
+            except ProtocolError as exc:
+                # The peer sent bytes we cannot frame: nothing after them can be trusted.
+                self._error = f"undecodable frame: {exc}"
+                return
+
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        if cmd.is_response:
+            slot = self._pending.get(cmd.opaque)
+            if slot is not None:  # else: its requester timed out and left
+                slot.reply = cmd
+                slot.event.set()
+        elif self._task_group is not None:
+            self._task_group.start_soon(self._answer, cmd)
+
+    async def _answer(self, cmd: RemotingCommand) -> None:
+        reply: RemotingCommand | None
+        if self._on_request is None:
+            reply = cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "not supported")
+        else:
+            reply = await self._on_request(cmd)
+        if reply is None or cmd.is_oneway:
+            return
+        # A lost connection is reported by the reader; nothing to do here.
+        with contextlib.suppress(ConnectionLostError):
+            await self._write(encode_command(reply))
+
+    # ------------------------------------------------------------------ closing
+    def _fail(self, reason: str) -> None:
+        """Mark the connection dead and wake every waiting request (they raise)."""
+        if not self._closed:
+            self._closed = True
+            self._error = reason
+        for slot in self._pending.values():
+            slot.event.set()
+
+    async def aclose(self) -> None:
+        """Close the stream; the reader then ends and pending requests fail."""
+        self._fail("closed by client")
+        await self.stream.aclose()

@@ -1,0 +1,109 @@
+"""A real broker on its own thread, so client code can run under trio *and* asyncio.
+
+The broker is trio; an asyncio test cannot share its event loop, so :class:`BrokerThread`
+runs ``serve_broker`` with ``trio.run`` on a thread and stops it gracefully through its trio
+token. Client scenarios are plain ``async def`` functions run with :func:`run` on the backend
+a test is parametrized with.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import trio
+
+from broker.app import BrokerHandle, serve_broker
+from broker.config import BrokerConfig
+from tests.broker.client import TEST_SETTINGS
+
+T = TypeVar("T")
+BACKENDS = ("trio", "asyncio")
+_START_TIMEOUT = 20.0
+
+
+class BrokerThread:
+    """A broker served by ``trio.run`` on a daemon thread (see module docstring)."""
+
+    def __init__(self, data_dir: Path, **settings: Any) -> None:
+        self.config = BrokerConfig(
+            host="127.0.0.1", port=settings.pop("port", 0), data_dir=data_dir,
+            **{**TEST_SETTINGS, **settings},
+        )  # fmt: skip
+        self.handle: BrokerHandle | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="trimq-test-broker", daemon=True)
+
+    @property
+    def address(self) -> str:
+        """``127.0.0.1:port`` of the running broker."""
+        assert self.handle is not None
+        return self.handle.address
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        assert self.handle is not None
+        return self.handle.port
+
+    def start(self) -> BrokerThread:
+        """Start and wait until the broker accepts connections."""
+        self._thread.start()
+        if not self._started.wait(_START_TIMEOUT) or self.handle is None:
+            raise RuntimeError(f"broker did not start: {self._error!r}")
+        return self
+
+    def stop(self) -> None:
+        """Stop gracefully (drain, flush, checkpoint) and join the thread."""
+        if self._token is not None and self._thread.is_alive():
+            with suppress(trio.RunFinishedError):
+                trio.from_thread.run(self._stop, trio_token=self._token)
+        self._thread.join(_START_TIMEOUT)
+
+    def kill(self) -> None:
+        """Stop abruptly: cancel the broker without draining (a crash as clients see it:
+        connections reset, nothing answered)."""
+        if self._token is not None and self._thread.is_alive():
+            with suppress(trio.RunFinishedError):
+                trio.from_thread.run_sync(self._cancel.cancel, trio_token=self._token)
+        self._thread.join(_START_TIMEOUT)
+
+    async def _stop(self) -> None:
+        assert self.handle is not None
+        with trio.move_on_after(10):
+            await self.handle.stop()
+
+    def _main(self) -> None:
+        try:
+            trio.run(self._serve)
+        except BaseException as exc:
+            self._error = exc
+            self._started.set()
+
+    async def _serve(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        with trio.CancelScope() as self._cancel:
+            async with trio.open_nursery() as nursery:
+                self.handle = await nursery.start(serve_broker, self.config)
+                self._started.set()
+
+
+@contextmanager
+def broker_thread(data_dir: Path, **settings: Any) -> Iterator[BrokerThread]:
+    """Run a :class:`BrokerThread` for the block."""
+    broker = BrokerThread(data_dir, **settings).start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def run(backend: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Run ``fn(*args)`` on a fresh event loop of ``backend`` (``trio`` or ``asyncio``)."""
+    return anyio.run(fn, *args, backend=backend)
