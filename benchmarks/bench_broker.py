@@ -529,8 +529,10 @@ def print_table(
     ours: dict[str, list[dict[str, float]]],
     peers: dict[str, dict[str, list[dict[str, Any]]]],
     cpu: dict[str, list[float]],
+    rows: Sequence[tuple[str, str, str | None, str]] | None = None,
 ) -> None:
-    """Medians; per peer its figure and the ratio; the aims (after Redis) are against Redis."""
+    """Medians; per peer its figure and the ratio; the aims (after Redis) are against Redis.
+    ``rows`` are (our workload, metric, peer workload, aim); :data:`ROWS` by default."""
     names = sorted(peers, key=lambda name: name != "redis")  # Redis first, then the aims
     print(f"\n## size {size} B (median of {max(len(v) for v in ours.values())} runs)")
     head = [f"{'workload':<46}", f"{'trimq':>10}"]
@@ -540,7 +542,7 @@ def print_table(
     head.append(f"{'broker CPU us/msg':>17}")
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("-" * (len(h) + 2) for h in head) + "|")
-    for wl, metric, pwl, aim in ROWS:
+    for wl, metric, pwl, aim in ROWS if rows is None else rows:
         if wl not in ours:
             continue
         o = median_of(ours[wl], metric)
@@ -554,7 +556,7 @@ def print_table(
             vs_redis = ratio if name == "redis" else vs_redis
             cells += [fmt.format(r) if not math.isnan(r) else f"{'n/a':>10}", f"{ratio:7.2f}"]
         cells[2 + 2 * ("redis" in peers) : 2] = [f"{aim:>6}", f"{verdict(aim, o, vs_redis):>6}"]
-        us = f"{statistics.median(cpu[wl]):17.1f}" if metric == "msgs_per_s" and cpu[wl] else ""
+        us = f"{statistics.median(cpu[wl]):17.1f}" if metric == "msgs_per_s" and cpu.get(wl) else ""
         cells.append(f"{us:>17}")
         print("| " + " | ".join(cells) + " |")
     print("(x<peer>: trimq/peer for msgs/s, peer/trimq for latency; >1 = trimq better)")
