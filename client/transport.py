@@ -74,7 +74,7 @@ class Connection:
         self._decoder = FrameDecoder(max_frame_size)
         self._pending: dict[int, _Slot] = {}
         self._opaques = itertools.count(1)
-        self._write_lock = anyio.Lock()
+        self._write_lock = anyio.Lock(fast_acquire=True)  # no extra checkpoint when free
         self._closed = False
         self._error: str | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
