@@ -1,1 +1,36 @@
-"""trimq client libraries on anyio (DESIGN.md §6)."""
+"""trimq client libraries on anyio (DESIGN.md §6): they run under asyncio and trio.
+
+``from client import Producer, SimpleConsumer, Message, ClientConfig``; blocking versions
+with the same names are in :mod:`client.sync`.
+"""
+
+from client.config import ClientConfig
+from client.errors import (
+    ClientClosedError,
+    ClientError,
+    ConnectError,
+    ConnectionLostError,
+    NoRouteError,
+    RequestTimeoutError,
+    SendFailedError,
+)
+from client.message import Message, ReceivedMessage, SendReceipt, SendStatus
+from client.producer import Producer
+from client.simple_consumer import SimpleConsumer
+
+__all__ = [
+    "ClientClosedError",
+    "ClientConfig",
+    "ClientError",
+    "ConnectError",
+    "ConnectionLostError",
+    "Message",
+    "NoRouteError",
+    "Producer",
+    "ReceivedMessage",
+    "RequestTimeoutError",
+    "SendFailedError",
+    "SendReceipt",
+    "SendStatus",
+    "SimpleConsumer",
+]
