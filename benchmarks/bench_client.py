@@ -10,6 +10,7 @@ application sees through ``client/`` (anyio on asyncio by default, ``--backend t
 * ``produce_batch``: ``producer.send_batch`` of ``--batch`` messages;
 * ``consume_simple``: drain a ``--backlog`` with ``SimpleConsumer.receive(--count)`` and one
   ``ack`` per message, the acks of a batch concurrently (vs XREADGROUP + XACK);
+* ``consume_batch_ack``: the same with one ``ack_many`` per received batch;
 * ``e2e_latency``: a producer at ``--rate`` msg/s with a monotonic timestamp in the body and
   a SimpleConsumer long-polling in a separate process (as the peers' consumers are); the first
   ``--warmup`` messages are dropped.
@@ -55,6 +56,7 @@ ROWS: list[tuple[str, str, str | None, str]] = [
     ("produce_concurrent", "msgs_per_s", "produce_pipelined", ""),
     ("produce_batch", "msgs_per_s", "produce_pipelined", ""),
     ("consume_simple", "msgs_per_s", "consume_ack", ""),
+    ("consume_batch_ack", "msgs_per_s", "consume_ack", ""),
     ("e2e_latency", "p50_ms", "e2e_latency", ""),
     ("e2e_latency", "p90_ms", "e2e_latency", ""),
     ("e2e_latency", "p99_ms", "e2e_latency", ""),
@@ -137,9 +139,9 @@ async def produce_batch(p: Params) -> dict[str, float]:
     return {"msgs": n, "seconds": dt, "msgs_per_s": n / dt, "batch": p.batch}
 
 
-async def consume_simple(p: Params) -> dict[str, float]:
+async def consume_simple(p: Params, batch_ack: bool = False) -> dict[str, float]:
     payload = make_payload(p.size)
-    topic = p.topic("consume")
+    topic = p.topic("consume_b" if batch_ack else "consume")
     async with Producer(p.config()) as producer:
         sent = 0
         while sent < p.backlog:  # the backlog (not timed)
@@ -147,7 +149,7 @@ async def consume_simple(p: Params) -> dict[str, float]:
             await producer.send_batch([Message(topic, payload)] * k)
             sent += k
     got = 0
-    group = f"bc_group_{p.tag}"
+    group = f"bc_group_{p.tag}{'_b' if batch_ack else ''}"
     async with SimpleConsumer(
         p.config(), group=group, subscription={topic: "*"}, consume_from="first"
     ) as consumer:
@@ -157,12 +159,19 @@ async def consume_simple(p: Params) -> dict[str, float]:
             messages = await consumer.receive(p.count, 60.0, await_duration=1.0)
             if not messages:
                 continue
-            async with anyio.create_task_group() as tg:
-                for m in messages:
-                    tg.start_soon(consumer.ack, m)
+            if batch_ack:
+                await consumer.ack_many(messages)
+            else:
+                async with anyio.create_task_group() as tg:
+                    for m in messages:
+                        tg.start_soon(consumer.ack, m)
             got += len(messages)
         dt = time.perf_counter() - t0
     return {"msgs": got, "seconds": dt, "msgs_per_s": got / dt, "count": p.count}
+
+
+async def consume_batch_ack(p: Params) -> dict[str, float]:
+    return await consume_simple(p, batch_ack=True)
 
 
 def _e2e_consumer(p: Params, n: int, backend: str, ready: Any, out: Any) -> None:
@@ -178,9 +187,7 @@ def _e2e_consumer(p: Params, n: int, backend: str, ready: Any, out: Any) -> None
                 messages = await consumer.receive(p.count, 60.0, await_duration=1.0)
                 now = time.monotonic_ns()
                 lats += [now - int.from_bytes(m.body[:TS_BYTES], "big") for m in messages]
-                async with anyio.create_task_group() as tg:
-                    for m in messages:
-                        tg.start_soon(consumer.ack, m)
+                await consumer.ack_many(messages)
         return lats
 
     out.put(anyio.run(main, backend=backend))
@@ -223,6 +230,7 @@ OURS: dict[str, Callable[..., Awaitable[dict[str, float]]]] = {
     "produce_concurrent": produce_concurrent,
     "produce_batch": produce_batch,
     "consume_simple": consume_simple,
+    "consume_batch_ack": consume_batch_ack,
     "e2e_latency": e2e_latency,
 }
 
@@ -233,6 +241,7 @@ def count_of(p: Params, wl: str) -> int:
         "produce_concurrent": p.n_pipe,
         "produce_batch": p.n_pipe,
         "consume_simple": p.backlog,
+        "consume_batch_ack": p.backlog,
         "e2e_latency": int(p.rate * p.e2e_seconds),
     }[wl]
 

@@ -13,8 +13,11 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
+import anyio
+
 from client.instance import ClientInstance, check
 from client.message import ReceivedMessage
+from protocol.bodies.ack import BatchAck, BatchAckMessageRequestBody
 from protocol.bodies.consumer import MessageQueue
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -140,6 +143,35 @@ def ack_request(instance: ClientInstance, group: str, message: ReceivedMessage) 
     return instance.request(RequestCode.ACK_MESSAGE, header.to_ext())
 
 
+def batch_ack_requests(
+    instance: ClientInstance, group: str, messages: Sequence[ReceivedMessage]
+) -> dict[str, RemotingCommand]:
+    """BATCH_ACK_MESSAGE per broker: messages popped together from one queue share one
+    entry (their offsets listed), as the Java client groups them."""
+    entries: dict[str, dict[tuple[object, ...], list[int]]] = {}
+    for message in messages:
+        r = receipt_of(message)
+        key = (message.record.topic, r.ck_queue_offset, r.queue_id, r.revive_qid,
+               r.pop_time_ms, r.invisible_time_ms, int(r.retry_flag))  # fmt: skip
+        entries.setdefault(r.broker_name, {}).setdefault(key, []).append(
+            message.record.queue_offset
+        )
+    out = {}
+    for broker, groups in entries.items():
+        acks = tuple(
+            BatchAck(
+                consumer_group=group, topic=str(topic), start_offset=int(str(start)),
+                queue_id=int(str(qid)), revive_queue_id=int(str(rqid)),
+                pop_time=int(str(pop)), invisible_time=int(str(inv)), retry=str(flag),
+                offsets=tuple(offsets),
+            )
+            for (topic, start, qid, rqid, pop, inv, flag), offsets in groups.items()
+        )  # fmt: skip
+        body = BatchAckMessageRequestBody(broker_name=broker, acks=acks)
+        out[broker] = instance.request(RequestCode.BATCH_ACK_MESSAGE, body=body.to_json())
+    return out
+
+
 def change_request(
     instance: ClientInstance, group: str, message: ReceivedMessage, invisible_ms: int
 ) -> RemotingCommand:
@@ -212,6 +244,14 @@ class PopSession:
         """
         cmd = ack_request(self.instance, self.group, message)
         await self.instance.call(self._address(receipt_of(message).broker_name), cmd)
+
+    async def ack_many(self, messages: Sequence[ReceivedMessage]) -> None:
+        """Acknowledge many messages with one BATCH_ACK_MESSAGE per broker (concurrently).
+        Messages whose receipt went stale are skipped by the broker, not reported."""
+        requests = batch_ack_requests(self.instance, self.group, messages)
+        async with anyio.create_task_group() as tg:
+            for broker, cmd in requests.items():
+                tg.start_soon(self.instance.call, self._address(broker), cmd)
 
     async def change_invisible(
         self, message: ReceivedMessage, invisible_ms: int

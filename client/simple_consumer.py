@@ -9,7 +9,7 @@ it until its invisible time ran out). The long-poll part waits at most ``await_d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from types import TracebackType
 
@@ -224,6 +224,13 @@ class SimpleConsumer:
             BrokerError: the receipt is stale (redelivered already, or acked) or invalid.
         """
         await self.session.ack(message)
+
+    async def ack_many(self, messages: Sequence[ReceivedMessage]) -> None:
+        """Acknowledge many messages in one request per broker (BATCH_ACK_MESSAGE): the fast
+        way to ack what one ``receive`` returned. A stale receipt among them is skipped by
+        the broker instead of failing the others."""
+        if messages:
+            await self.session.ack_many(messages)
 
     async def change_invisible_duration(
         self, message: ReceivedMessage, invisible_duration: float

@@ -81,3 +81,23 @@ def test_redelivery_and_change_invisible(
 ) -> None:
     """An unacked message comes back with attempt 2 and its original topic; receipts rotate."""
     run(backend, _redelivery, config)
+
+
+async def _ack_many(config: ClientConfig) -> None:
+    async with SimpleConsumer(
+        config, group="bg", subscription={"BT": "*"}, consume_from="first"
+    ) as consumer:
+        async with Producer(config) as producer:
+            for i in range(40):  # round-robin: several queues
+                await producer.send(Message("BT", str(i).encode()))
+        got = await receive_n(consumer, 40, 10, invisible=2)
+        assert len(got) == 40
+        await consumer.ack_many(got)
+        # Acked: nothing comes back after the invisible time.
+        await anyio.sleep(2.5)
+        assert await consumer.receive(32, 30, await_duration=0.5) == []
+
+
+def test_ack_many(broker: BrokerThread, config: ClientConfig, backend: str) -> None:
+    """One batch ack per broker acknowledges messages from several queues."""
+    run(backend, _ack_many, config)
