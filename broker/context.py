@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,8 @@ class BrokerContext:
     open_connections: set[Connection] = field(default_factory=set)
     connections: int = 0
     in_flight: int = 0
+    #: Wall-clock time the broker started, epoch seconds (runtime info).
+    started_at: float = field(default_factory=time.time)
 
     def drained(self) -> bool:
         """No request is running and every reply has been handed to its socket."""
