@@ -25,7 +25,7 @@ from protocol.bodies.admin import ConsumerOffsetSerializeWrapper, KVTable, Reset
 from protocol.bodies.consumer import MessageQueue
 from protocol.bodies.route import BrokerData, ClusterInfo, TopicList
 from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
+from protocol.command import RemotingCommand, request
 from protocol.errors import BrokerError, RecordError
 from protocol.headers.admin import ResetOffsetRequestHeader
 from protocol.message import peek_record
@@ -157,18 +157,42 @@ def _reset_pop_cursor(ctx: BrokerContext, group: str, topic: str, qid: int, offs
         pop.table.set_cursor(group, topic, qid, offset)
 
 
+def tell_clients(ctx: BrokerContext, header: ResetOffsetRequestHeader, body: bytes) -> int:
+    """Send RESET_CONSUMER_CLIENT_OFFSET (oneway, as ``Broker2Client.resetOffset``) to each
+    connection of the group's online consumers; returns how many were sent.
+
+    A pull-mode client keeps its position in memory and commits it every few seconds: without
+    this it would overwrite the reset with its next commit. Java clients move their offset
+    store on it; a client that ignores it overwrites the reset (reset a stopped group then).
+    """
+    group = ctx.consumers.groups.get(header.group)
+    if group is None:
+        return 0
+    sent: set[int] = set()
+    for member in group.members.values():
+        conn = member.connection
+        if conn.id in sent:
+            continue
+        note = request(
+            RequestCode.RESET_CONSUMER_CLIENT_OFFSET, conn.next_opaque(), header.to_ext(), body,
+            oneway=True, language="JAVA",
+        )  # fmt: skip
+        if conn.notify_nowait(note):
+            sent.add(conn.id)
+    return len(sent)
+
+
 @processor(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET)
 async def reset_offset(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
-    """Reset a group's offsets on a topic to a point in time (mqadmin ``resetOffsetByTime``).
-
-    Unlike RocketMQ, online push consumers are not told (RESET_CONSUMER_CLIENT_OFFSET): a
-    pull-mode client that keeps its own position overwrites the reset with its next commit,
-    so reset a group while its consumers are stopped.
-    """
+    """Reset a group's offsets on a topic to a point in time (mqadmin ``resetOffsetByTime``):
+    in the offset table and the pop cursors here, and in the online consumers' own stores
+    (:func:`tell_clients`)."""
     header = ResetOffsetRequestHeader.from_ext(cmd.ext_fields)
-    return cmd.response(body=ResetOffsetBody(reset_offsets(ctx, header)).to_json())
+    body = ResetOffsetBody(reset_offsets(ctx, header)).to_json()
+    tell_clients(ctx, header, body)
+    return cmd.response(body=body)
 
 
 @processor(RequestCode.GET_ALL_CONSUMER_OFFSET)

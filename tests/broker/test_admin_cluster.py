@@ -13,6 +13,7 @@ import trio
 from protocol.bodies.admin import ConsumerOffsetSerializeWrapper, KVTable, ResetOffsetBody
 from protocol.bodies.route import ClusterInfo, TopicList
 from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
 from protocol.headers.admin import ResetOffsetRequestHeader
 from protocol.headers.offsets import (
     QueryConsumerOffsetRequestHeader,
@@ -22,6 +23,7 @@ from protocol.headers.offsets import (
 from tests.broker.client import BrokerClient, open_broker, open_client
 from tests.broker.pop_client import ack, pop
 from tests.broker.test_pull_offsets import send
+from tests.broker.test_server import heartbeat_body
 
 pytestmark = pytest.mark.integration
 
@@ -96,6 +98,32 @@ async def test_reset_committed_offsets(tmp_path: Path) -> None:
             header = ResetOffsetRequestHeader(topic="Nope", group=GROUP, timestamp=0, is_force=True)
             reply = await client.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header.to_ext())
             assert reply.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+async def test_reset_tells_online_consumers(tmp_path: Path) -> None:
+    """A connected consumer of the group gets RESET_CONSUMER_CLIENT_OFFSET with the offsets."""
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as handle, open_client(handle.port) as client:
+            await send(client, b"m")
+            async with open_client(handle.port) as member:
+                body = heartbeat_body("member@1", GROUP, TOPIC)
+                assert (await member.call(RequestCode.HEART_BEAT, body=body)).code == 0
+                await _reset(client, -1)
+                resets: list[RemotingCommand] = []
+                for count in range(1, 4):  # a membership notification may come first
+                    await member.wait_notifications(count)
+                    resets = [
+                        n
+                        for n in member.notifications
+                        if n.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET
+                    ]
+                    if resets:
+                        break
+    (note,) = resets
+    header = ResetOffsetRequestHeader.from_ext(note.ext_fields)
+    assert (header.group, header.topic, header.timestamp) == (GROUP, TOPIC, -1)
+    offsets = ResetOffsetBody.from_json(note.body).offset_table
+    assert {mq.queue_id: o for mq, o in offsets.items()}[0] == 1
 
 
 async def test_reset_moves_pop_cursor(tmp_path: Path) -> None:

@@ -13,12 +13,15 @@ from typing import Any
 import pytest
 
 from client.admin import main
-from tests.client.harness import BrokerThread, broker_thread
+from client.config import ClientConfig
+from client.simple_consumer import SimpleConsumer
+from tests.client.harness import BrokerThread, broker_thread, run
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "AdminT"
 GROUP = "AdminG"
+POP_GROUP = "AdminPopG"
 
 
 class Cli:
@@ -70,11 +73,30 @@ def _lag(cli: Cli) -> int:
     return int(doc["diffTotal"])
 
 
+async def _receive_all(config: ClientConfig) -> int:
+    """Receive and ack every message of the topic as the pop group; how many arrived."""
+    got = 0
+    async with SimpleConsumer(
+        config, group=POP_GROUP, subscription={TOPIC: "*"}, consume_from="first"
+    ) as consumer:
+        for _ in range(10):  # bounded
+            batch = await consumer.receive(32, invisible_duration=30, await_duration=0.2)
+            for message in batch:
+                await consumer.ack(message)
+            got += len(batch)
+            if got >= 4:
+                break
+    return got
+
+
 def test_topic_lifecycle_and_messages(cli: Cli, shared_broker: BrokerThread) -> None:
     """Create, inspect, send, consume, look up, measure lag, reset, and delete a topic."""
     out = cli.ok("updateTopic", "-t", TOPIC, "-b", shared_broker.address, "-r", "1", "-w", "1")
     assert f"create topic to {shared_broker.address} success." in out
     assert "TopicConfig [topicName=AdminT, readQueueNums=1, writeQueueNums=1, perm=RW-" in out
+    created = cli.json("updateTopic", "-t", TOPIC, "-r", "1", "-w", "1", "-p", "6")
+    assert created["brokers"] == [shared_broker.address]
+    assert created["topicConfig"]["readQueueNums"] == 1
 
     assert TOPIC in cli.ok("topicList").split()
     assert TOPIC in cli.json("topicList")["topicList"]
@@ -127,7 +149,16 @@ def test_topic_lifecycle_and_messages(cli: Cli, shared_broker: BrokerThread) -> 
     assert "rollback consumer offset by specified group[AdminG]" in out
     assert _lag(cli) == 0
 
-    cli.ok("deleteTopic", "-t", TOPIC)
+    # A pop consumer (SimpleConsumer) commits at pop: its lag is 0 once it received; a reset
+    # moves its pop cursor back, so the lag reappears and it receives the messages again.
+    assert run("asyncio", _receive_all, ClientConfig(namesrv_addr=cli.address)) == 4
+    assert cli.json("consumerProgress", "-g", POP_GROUP)["diffTotal"] == 0
+    cli.ok("resetOffsetByTime", "-g", POP_GROUP, "-t", TOPIC, "-s", str(before_send))
+    assert cli.json("consumerProgress", "-g", POP_GROUP)["diffTotal"] == 4
+    assert run("asyncio", _receive_all, ClientConfig(namesrv_addr=cli.address)) == 4
+
+    deleted = cli.json("deleteTopic", "-t", TOPIC)
+    assert deleted["brokers"] == ["broker-a"] and deleted["nameServer"] is False
     assert TOPIC not in cli.json("topicList")["topicList"]
     assert "topic 'AdminT' does not exist" in cli.fails("topicRoute", "-t", TOPIC)
 
