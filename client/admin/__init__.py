@@ -51,15 +51,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _quiet_logging() -> None:
+def _quiet_logging() -> bool:
     # The client libraries log through structlog, whose default prints to stdout: that would
     # corrupt --json output. An application (this CLI) may configure logging; do it only if
-    # nobody else has (tests calling main() in-process keep their own configuration).
-    if not structlog.is_configured():
-        structlog.configure(
-            wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
-            logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        )
+    # nobody else has, and say so, so that main() can undo it (it may run in-process).
+    if structlog.is_configured():
+        return False
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+    return True
 
 
 def _sole(exc: BaseException) -> BaseException:
@@ -101,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Admin requests are one-shot: a refused connect should fail now, not back off.
         backoff_initial=0.01,
     )
-    _quiet_logging()
+    configured = _quiet_logging()
     try:
         result = anyio.run(_run, args, config)
     except AdminError as exc:
@@ -112,5 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error(str(exc))
     except KeyboardInterrupt:
         return 130
+    finally:
+        if configured:
+            structlog.reset_defaults()
     print(result.render(as_json=args.json))
     return 0
