@@ -24,8 +24,10 @@ Orderly (``order=True`` pops): the broker serves one queue's messages in order a
 queue locked while any of them is unacked. The batch is consumed one message at a time; on
 SUSPEND (or any failure) the rest of the batch is made visible again after
 ``suspend_interval``, so the same messages come back in the same order. A message that failed
-``max_reconsume_times`` deliveries is sent to ``%DLQ%group`` by the client (CONSUMER_SEND_MSG_BACK,
-delay level -1) and acked, so the queue moves on (seed 004).
+more than ``max_reconsume_times`` times (counted by this client: the broker's attempt count
+also rises for messages re-popped unconsumed behind a failed one) is sent to ``%DLQ%group``
+by the client (CONSUMER_SEND_MSG_BACK, delay level -1) and acked, so the queue moves on
+(seed 004).
 """
 
 from __future__ import annotations
@@ -72,6 +74,10 @@ class PopEngine:
         self.session = PopSession(instance, group, from_first=self.options.consume_from == "first")
         self._consume_tg = consume_tg
         self._loops: set[tuple[str, str]] = set()
+        #: Orderly: failed consumptions per message (topic, queue, offset), counted here
+        #: because the broker's attempt count also rises for messages re-popped unconsumed
+        #: behind a failed one.
+        self._failures: dict[tuple[str, int, int], int] = {}
 
     async def run(self) -> None:
         """Start receive loops for every (topic, broker) and keep discovering new ones."""
@@ -96,8 +102,12 @@ class PopEngine:
 
     async def _receive_loop(self, topic: str, broker: str) -> None:
         options = self.options
+        caught_up = False
         while not self.runtime.closing:
-            reserved = await self.runtime.reserve(min(MAX_POP_MESSAGES, options.pull_batch_size))
+            # After an empty pop the next one is a long poll: it reserves room for one
+            # message only, so an idle (topic, broker) does not hold the budget others need.
+            wanted = 1 if caught_up else min(MAX_POP_MESSAGES, options.pull_batch_size)
+            reserved = await self.runtime.reserve(wanted)
             try:
                 got = await self.session.pop(
                     broker, topic, max_messages=reserved, invisible_ms=options.invisible_ms,
@@ -110,6 +120,7 @@ class PopEngine:
                 await anyio.sleep(_POP_FAILURE_PAUSE)
                 continue
             self.runtime.fill(reserved, got)
+            caught_up = not got
             if not got:
                 continue
             if options.orderly:
@@ -160,6 +171,9 @@ class PopEngine:
                     await self._later(batch[done:], self.options.suspend_interval)
                     done = len(batch)
                     break
+                self._failures.pop(
+                    (message.record.topic, message.record.queue_id, message.queue_offset), None
+                )
                 await self._settle(self.session.ack(message), message, "ack")
                 done += 1
             await self._give_back(batch[done:])
@@ -167,9 +181,11 @@ class PopEngine:
             self.runtime.release(len(batch), sum(len(m.body) for m in batch))
 
     async def _dead_letter_if_spent(self, message: ReceivedMessage) -> bool:
-        """Orderly: past the retry limit the message goes to the DLQ (True) — if that fails
-        it is retried like any failure, so it is never lost."""
-        if message.delivery_attempt < self.options.max_reconsume_times + 1:
+        """Orderly: a failure past the retry limit sends the message to the DLQ (True) — if
+        that fails it is retried like any failure, so it is never lost."""
+        key = (message.record.topic, message.record.queue_id, message.queue_offset)
+        failures = self._failures[key] = self._failures.get(key, 0) + 1
+        if failures <= self.options.max_reconsume_times:
             return False
         try:
             await pull_api.send_back(
@@ -179,6 +195,7 @@ class PopEngine:
         except (ClientError, BrokerError) as exc:
             _log.warning("dead-lettering failed", message_id=message.message_id, error=str(exc))
             return False
+        self._failures.pop(key, None)
         self.runtime.dead_lettered += 1
         _log.warning("sent to DLQ after retries", message_id=message.message_id,
                      attempts=message.delivery_attempt)  # fmt: skip

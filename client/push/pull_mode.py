@@ -77,6 +77,8 @@ class QueueState:
     locked_until: float = 0.0
     #: Set when a pull brought messages (wakes the orderly consumer of the queue).
     wake: anyio.Event = field(default_factory=anyio.Event)
+    #: The last pull found nothing new: the next one is a long poll that may be held.
+    caught_up: bool = False
 
 
 class PullEngine:
@@ -213,7 +215,10 @@ class PullEngine:
             while not self.runtime.closing and not state.pq.dropped:
                 if not await self._may_pull(state):
                     continue
-                reserved = await self.runtime.reserve(self.options.pull_batch_size)
+                # A long poll that may sit on the broker for seconds reserves room for one
+                # message only, so idle queues do not hold the cache budget others need.
+                wanted = 1 if state.caught_up else self.options.pull_batch_size
+                reserved = await self.runtime.reserve(wanted)
                 try:
                     result = await self._pull(state, reserved)
                 except (ClientError, BrokerError) as exc:
@@ -258,6 +263,7 @@ class PullEngine:
         wanted = [m for m in result.messages if tag_matches(expression, m.tag)]
         added = state.pq.put(wanted, result.next_offset)
         self.runtime.fill(reserved, added)
+        state.caught_up = not added
         if not state.pq.count:  # everything filtered or nothing new: the offset moves on
             self.offsets.update(state.mq, state.pq.commit_offset)
         if self.orderly is not None:

@@ -112,6 +112,9 @@ class Runtime:
         self._thread_limiter = anyio.CapacityLimiter(options.consume_concurrency)
         self.budget = CacheBudget(options.max_cache_messages, options.max_cache_bytes)
         self._space = anyio.Event()
+        # Fetchers queue for room in order (the lock is FIFO): a fetcher whose long poll
+        # just ended empty must not take the room back before one that has been waiting.
+        self._reserve_lock = anyio.Lock()
         #: Set when shutting down: queued calls are skipped, fetchers stop.
         self.closing = False
         self.active = self.peak_active = 0
@@ -124,13 +127,15 @@ class Runtime:
 
     # ------------------------------------------------------------------ cache budget
     async def reserve(self, wanted: int) -> int:
-        """Wait until the cache has room, then reserve up to ``wanted`` messages."""
-        while True:  # bounded by the consumer's lifetime: released messages wake it
-            granted = self.budget.try_reserve(wanted)
-            if granted:
-                return granted
-            space = self._space
-            await space.wait()
+        """Wait (in line with other fetchers) until the cache has room, then reserve up to
+        ``wanted`` messages."""
+        async with self._reserve_lock:
+            while True:  # bounded by the consumer's lifetime: released messages wake it
+                granted = self.budget.try_reserve(wanted)
+                if granted:
+                    return granted
+                space = self._space
+                await space.wait()
 
     def release(self, messages: int, size: int) -> None:
         """Messages left the cache: wake fetchers waiting for room."""

@@ -42,7 +42,7 @@ async def _send(config: ClientConfig, topic: str, n: int, key: Callable[[int], s
             await producer.send(Message(topic, f"m{i}".encode()), sharding_key=key(i))
 
 
-async def _until(condition: Callable[[], bool], limit: float = 15.0) -> None:
+async def until(condition: Callable[[], bool], limit: float = 15.0) -> None:
     # Polls counters the consumer owns (no event to wait on); bounded by fail_after.
     with anyio.fail_after(limit):
         while not condition():  # noqa: ASYNC110
@@ -62,7 +62,7 @@ async def _every_message_once(config: ClientConfig, mode: str) -> None:
     async with PushConsumer(
         config, group="PG1", subscription={"PT1": "*"}, listener=listener, mode=mode, **FAST
     ) as consumer:
-        await _until(lambda: len(seen) >= 30)
+        await until(lambda: len(seen) >= 30)
         await anyio.sleep(0.5)  # nothing more may come
     assert sorted(seen) == sorted(f"m{i}".encode() for i in range(30))
     assert consumer.statistics().consumed == 0  # not running any more: zeros
@@ -94,7 +94,7 @@ async def _retries(config: ClientConfig, mode: str) -> None:
     async with PushConsumer(
         config, group="PG2", subscription={"PT2": "*"}, listener=listener, mode=mode, **FAST
     ) as consumer:
-        await _until(lambda: len(done) == 10)
+        await until(lambda: len(done) == 10)
         stats = consumer.statistics()
     for body in (b"m1", b"m2", b"m3"):
         assert attempts[body] == [1, 2]  # came back once, through the retry topic
@@ -128,9 +128,9 @@ async def _consume_timeout(config: ClientConfig, mode: str) -> tuple[float, int 
         config, group="PG3", subscription={"PT3": "*"}, listener=listener, mode=mode,
         **{**FAST, "consume_timeout": 1.0, "invisible_duration": 5.0},
     ) as consumer:  # fmt: skip
-        await _until(lambda: consumer.statistics().timed_out == 1, 5)
+        await until(lambda: consumer.statistics().timed_out == 1, 5)
         fired = time.monotonic() - started[0]
-        await _until(lambda: len(attempts) >= 2)
+        await until(lambda: len(attempts) >= 2)
         await anyio.sleep(0.2)
     assert attempts == [1, 2]
     committed = None
