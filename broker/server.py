@@ -83,7 +83,7 @@ async def _run_requests(
             if exc.fatal:
                 _log.info("closing connection on bad framing", peer=conn.peer, error=str(exc))
                 return False
-            _answer_malformed(conn, exc)
+            answer_malformed(conn, exc)
             continue
         if cmd is None:
             return True
@@ -111,7 +111,8 @@ async def _run_request(
         ctx.in_flight -= 1
 
 
-def _answer_malformed(conn: Connection, exc: ProtocolError) -> None:
+def answer_malformed(conn: Connection, exc: ProtocolError) -> None:
+    """Answer a request whose header could not be decoded, on its opaque if known."""
     opaque = getattr(exc, "opaque", None)
     stype = getattr(exc, "serialize_type", None)
     if isinstance(exc, (HeaderError, FrameTooLargeError)) and opaque is not None:
