@@ -31,7 +31,7 @@ async def handle_connection(ctx: BrokerContext, stream: trio.SocketStream) -> No
         await stream.aclose()
         return
     ctx.connections += 1
-    peer = _peer(stream)
+    peer = peer_of(stream)
     send, receive = trio.open_memory_channel[RemotingCommand](ctx.config.write_queue)
     conn = Connection(peer, send, stream, ctx.config.max_frame_size)
     ctx.open_connections.add(conn)
@@ -126,7 +126,8 @@ def answer_malformed(conn: Connection, exc: ProtocolError) -> None:
         conn.notify_nowait(reply)
 
 
-def _peer(stream: trio.SocketStream) -> str:
+def peer_of(stream: trio.SocketStream) -> str:
+    """``host:port`` of the other end, ``?`` when the socket cannot say."""
     try:
         host, port = stream.socket.getpeername()[:2]
     except OSError:
