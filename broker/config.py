@@ -72,6 +72,7 @@ class BrokerConfig:
         for name in ("register_interval_s", "register_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
+        self.namesrv_addrs()
 
     def namesrv_addrs(self) -> list[str]:
         """The name servers of ``namesrv_addr`` (``"h1:9876;h2:9876"``), in order.
