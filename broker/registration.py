@@ -13,9 +13,10 @@ others; a failure is logged and retried at that loop's next round. Name servers 
 to each other: the broker is what keeps them consistent, within one register interval once
 they are reachable again.
 
-On a graceful stop (:meth:`Registrar.stop`) the loop finishes its current round, then the
-broker unregisters from every name server (concurrently, bounded the same way), so it leaves
-the routes at once instead of after the name servers' expiry time.
+On a graceful stop (:meth:`Registrar.stop`) the loops finish the registrations under way
+(briefly; a silent name server's is cancelled), then the broker unregisters from every name
+server (concurrently, bounded), so it leaves the routes at once instead of after the name
+servers' expiry time. A stop takes at most about 2 x ``STOP_GRACE_S``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from protocol.headers.route import RegisterBrokerRequestHeader, UnRegisterBroker
 
 _log = get_logger("registration")
 _opaques = itertools.count(1)
+#: Bound on each phase of a graceful stop (finishing registrations; unregistering).
+STOP_GRACE_S = 1.5
 #: Largest reply accepted from a name server (a KV table at most).
 _MAX_REPLY = 16 * 1024 * 1024
 
@@ -91,6 +94,7 @@ class Registrar:
         self._pokes = {addr: trio.Event() for addr in self.namesrv_addrs}
         self._stopping = False
         self._stopped = trio.Event()
+        self._loops = trio.CancelScope()
 
     def poke(self) -> None:
         """Register again now with every name server (a topic changed)."""
@@ -101,9 +105,10 @@ class Registrar:
         """Keep registering with every name server until :meth:`stop`: one loop per name
         server, so a slow or unreachable one never holds up another."""
         try:
-            async with trio.open_nursery() as nursery:
-                for addr in self.namesrv_addrs:
-                    nursery.start_soon(self._loop, addr)
+            with self._loops:
+                async with trio.open_nursery() as nursery:
+                    for addr in self.namesrv_addrs:
+                        nursery.start_soon(self._loop, addr)
         finally:
             self._stopped.set()
 
@@ -115,10 +120,18 @@ class Registrar:
                 await poked.wait()
 
     async def stop(self) -> None:
-        """Finish the registrations under way, stop, unregister everywhere (bounded)."""
+        """Stop registering, then unregister everywhere; at most about 2 x ``STOP_GRACE_S``.
+
+        Registrations under way get ``STOP_GRACE_S`` to finish (one still in flight could
+        otherwise reach a name server after the unregistration and put the broker back);
+        those that do not (a silent name server) are cancelled. A stop must stay well inside
+        a supervisor's grace period (docker: 10 s), whatever the name servers do."""
         self._stopping = True
         self.poke()
-        with trio.move_on_after(self.config.register_timeout_s + 1):
+        with trio.move_on_after(STOP_GRACE_S):
+            await self._stopped.wait()
+        self._loops.cancel()
+        with trio.move_on_after(STOP_GRACE_S):  # bounded even if run() never started
             await self._stopped.wait()
         async with trio.open_nursery() as nursery:
             for addr in self.namesrv_addrs:
@@ -139,9 +152,11 @@ class Registrar:
         )
         return request(RequestCode.REGISTER_BROKER, 0, header.to_ext(), body)
 
-    async def _ask(self, addr: str, cmd: RemotingCommand, what: str) -> RemotingCommand | None:
-        """``cmd`` with a fresh opaque, bounded by ``register_timeout_s``; None on failure."""
-        with trio.move_on_after(self.config.register_timeout_s):
+    async def _ask(
+        self, addr: str, cmd: RemotingCommand, what: str, bound_s: float
+    ) -> RemotingCommand | None:
+        """``cmd`` with a fresh opaque, bounded by ``bound_s``; None on failure."""
+        with trio.move_on_after(bound_s):
             try:
                 reply = await call_namesrv(addr, replace(cmd, opaque=next(_opaques)))
             except NamesrvCallError as exc:
@@ -151,11 +166,11 @@ class Registrar:
                 self._failed(addr, what, f"code {reply.code}: {reply.remark}")
                 return None
             return reply
-        self._failed(addr, what, f"no reply within {self.config.register_timeout_s} s")
+        self._failed(addr, what, f"no reply within {bound_s} s")
         return None
 
     async def _register_one(self, addr: str, cmd: RemotingCommand) -> None:
-        if await self._ask(addr, cmd, "register") is None:
+        if await self._ask(addr, cmd, "register", self.config.register_timeout_s) is None:
             return
         if addr in self.failing or self.registered[addr] == 0:
             _log.info("registered with namesrv", namesrv=addr, broker=self.config.broker_name,
@@ -171,7 +186,8 @@ class Registrar:
             broker_id=0,
         )
         cmd = request(RequestCode.UNREGISTER_BROKER, 0, header.to_ext())
-        if await self._ask(addr, cmd, "unregister") is not None:
+        timeout = min(self.config.register_timeout_s, STOP_GRACE_S)
+        if await self._ask(addr, cmd, "unregister", timeout) is not None:
             _log.info("unregistered from namesrv", namesrv=addr, broker=self.config.broker_name)
 
     def _failed(self, addr: str, what: str, error: str) -> None:

@@ -19,6 +19,7 @@ from broker.app import BrokerHandle, serve_broker
 from broker.config import BrokerConfig
 from broker.namesrv.app import serve_namesrv
 from broker.namesrv.config import NamesrvConfig
+from broker.registration import STOP_GRACE_S
 from protocol.codes import ResponseCode
 from tests.broker.client import TEST_SETTINGS, open_broker, open_client
 from tests.broker.test_process import send_v2
@@ -162,6 +163,10 @@ async def test_a_silent_name_server_does_not_delay_the_others(tmp_path: Path) ->
                 assert await wait_until(lambda: on("Prompt"), 2) < 0.5
                 assert held, "the broker never tried the silent name server"
                 await wait_until(_failing(broker, f"127.0.0.1:{silent}"), 3)
+                stopping = trio.current_time()
+            # A graceful stop stays bounded although one name server never answers.
+            assert trio.current_time() - stopping < 2 * STOP_GRACE_S + 1
+            assert await brokers_of(ns.port, "TBW102") == []  # it did unregister
             nursery.cancel_scope.cancel()
 
 
