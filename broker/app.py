@@ -25,6 +25,7 @@ from broker.longpoll import Arrivals, PullHub
 from broker.metrics import MetricsWriter
 from broker.pop.hub import PopHub, WakeMode
 from broker.pop.service import PopService
+from broker.registration import Registrar
 from broker.schedule import SCHEDULE_TOPIC
 from broker.server import handle_connection
 from broker.storage import Storage, serve_storage
@@ -46,10 +47,14 @@ class BrokerHandle:
     address: str
     ctx: BrokerContext
     _cancel: trio.CancelScope
+    #: Keeps the broker registered with its name servers (None without ``namesrv_addr``).
+    registrar: Registrar | None = None
 
     async def stop(self) -> None:
-        """Graceful stop: answer parked polls, drain, then let ``serve_broker`` close the
-        store (flush + clean checkpoint)."""
+        """Graceful stop: leave the name servers' routes, answer parked polls, drain, then
+        let ``serve_broker`` close the store (flush + clean checkpoint)."""
+        if self.registrar is not None:
+            await self.registrar.stop()
         self.ctx.shutting_down.set()
         self.ctx.pull_hub.wake_all()
         if self.ctx.pop is not None:
@@ -123,9 +128,15 @@ async def serve_broker(
                 await nursery.start(
                     partial(trio.serve_listeners, partial(handle_connection, ctx), listeners)
                 )
+                registrar = None
+                if config.namesrv_addr:
+                    registrar = Registrar(config, topics, address)
+                    topics.on_change = registrar.poke
+                    nursery.start_soon(registrar.run)
                 _log.info("broker started", address=address, port=port,
-                          data_dir=str(config.data_dir), flush=config.flush)  # fmt: skip
-                task_status.started(BrokerHandle(port, address, ctx, scope))
+                          data_dir=str(config.data_dir), flush=config.flush,
+                          namesrv_addr=config.namesrv_addr)  # fmt: skip
+                task_status.started(BrokerHandle(port, address, ctx, scope, registrar))
         hub.wake_all()
         pop_hub.wake_all()
         outer.cancel_scope.cancel()  # serve_storage flushes, snapshots pop state, closes

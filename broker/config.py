@@ -8,13 +8,12 @@ follow RocketMQ where it has one.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from broker.store.api import FlushMode
 from broker.store.config import StoreConfig
@@ -56,6 +55,10 @@ class BrokerConfig:
     checkpoint_interval_s: float = 1.0
     #: Replies queued per connection before handlers wait for the socket (back-pressure).
     write_queue: int = 256
+    #: Registration with the name servers (RocketMQ registerNameServerPeriod: 30 s).
+    register_interval_s: float = 30.0
+    #: Bound on one registration with one name server (RocketMQ registerBrokerTimeoutMills).
+    register_timeout_s: float = 6.0
 
     def __post_init__(self) -> None:
         if self.wake_mode not in WAKE_MODES:
@@ -66,6 +69,23 @@ class BrokerConfig:
             raise ConfigError(f"flush must be async or sync, not {self.flush!r}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is outside 0..65535")
+        for name in ("register_interval_s", "register_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
+        self.namesrv_addrs()
+
+    def namesrv_addrs(self) -> list[str]:
+        """The name servers of ``namesrv_addr`` (``"h1:9876;h2:9876"``), in order.
+
+        Raises:
+            ConfigError: an entry is not ``HOST:PORT``.
+        """
+        addrs = [a.strip() for a in (self.namesrv_addr or "").split(";") if a.strip()]
+        for addr in addrs:
+            host, sep, port = addr.rpartition(":")
+            if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+                raise ConfigError(f"namesrv_addr: {addr!r} is not HOST:PORT")
+        return addrs
 
     def store_config(self, bound_port: int) -> StoreConfig:
         """The storage engine's settings (the store host is the advertised address)."""
@@ -117,8 +137,7 @@ def _convert(name: str, kind: Any, raw: object) -> object:
     return text
 
 
-def _kinds() -> dict[str, Any]:
-    return {f.name: f.type for f in fields(BrokerConfig)}
+Settings = TypeVar("Settings")
 
 
 def from_sources(
@@ -128,7 +147,24 @@ def from_sources(
     flags: Mapping[str, object] | None = None,
 ) -> BrokerConfig:
     """Merge defaults < TOML < environment < flags (flags set to None are absent)."""
-    kinds = _kinds()
+    return merge_sources(BrokerConfig, toml_path=toml_path, env=env, flags=flags)
+
+
+def merge_sources(
+    cls: type[Settings],
+    *,
+    toml_path: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, object] | None = None,
+    env_prefix: str = "TRIMQ_",
+) -> Settings:
+    """Merge defaults < TOML < environment (``<env_prefix><SETTING>``) < flags into the
+    frozen settings dataclass ``cls``.
+
+    Raises:
+        ConfigError: an unknown key in the file, or a value of the wrong kind.
+    """
+    kinds: dict[str, Any] = {f.name: f.type for f in fields(cls)}  # type: ignore[arg-type]
     values: dict[str, object] = {}
     if toml_path is not None:
         try:
@@ -141,7 +177,7 @@ def from_sources(
                 raise ConfigError(f"config file {toml_path}: unknown setting {key!r}")
             values[name] = raw
     for name in kinds:
-        raw = (env or {}).get(f"TRIMQ_{name.upper()}")
+        raw = (env or {}).get(f"{env_prefix}{name.upper()}")
         if raw is not None:
             values[name] = raw
     for name, raw in (flags or {}).items():
@@ -149,7 +185,7 @@ def from_sources(
             values[name] = raw
     converted = {n: _convert(n, str(kinds[n]).replace("'", ""), v) for n, v in values.items()}
     try:
-        return dataclasses.replace(BrokerConfig(), **converted)  # type: ignore[arg-type]
+        return cls(**converted)
     except TypeError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -169,6 +205,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-naming", choices=RETRY_NAMINGS)
     p.add_argument("--flush", choices=("async", "sync"))
     p.add_argument("--metrics-dir")
+    p.add_argument(
+        "--register-interval-s",
+        type=float,
+        help="seconds between registrations with the name servers (default 30)",
+    )
+    p.add_argument(
+        "--register-timeout-s",
+        type=float,
+        help="bound on one registration with one name server (default 6)",
+    )
     p.add_argument("--config", help="broker.toml with the same settings")
     return p
 

@@ -31,7 +31,7 @@ async def handle_connection(ctx: BrokerContext, stream: trio.SocketStream) -> No
         await stream.aclose()
         return
     ctx.connections += 1
-    peer = _peer(stream)
+    peer = peer_of(stream)
     send, receive = trio.open_memory_channel[RemotingCommand](ctx.config.write_queue)
     conn = Connection(peer, send, stream, ctx.config.max_frame_size)
     ctx.open_connections.add(conn)
@@ -83,7 +83,7 @@ async def _run_requests(
             if exc.fatal:
                 _log.info("closing connection on bad framing", peer=conn.peer, error=str(exc))
                 return False
-            _answer_malformed(conn, exc)
+            answer_malformed(conn, exc)
             continue
         if cmd is None:
             return True
@@ -111,7 +111,8 @@ async def _run_request(
         ctx.in_flight -= 1
 
 
-def _answer_malformed(conn: Connection, exc: ProtocolError) -> None:
+def answer_malformed(conn: Connection, exc: ProtocolError) -> None:
+    """Answer a request whose header could not be decoded, on its opaque if known."""
     opaque = getattr(exc, "opaque", None)
     stype = getattr(exc, "serialize_type", None)
     if isinstance(exc, (HeaderError, FrameTooLargeError)) and opaque is not None:
@@ -125,7 +126,8 @@ def _answer_malformed(conn: Connection, exc: ProtocolError) -> None:
         conn.notify_nowait(reply)
 
 
-def _peer(stream: trio.SocketStream) -> str:
+def peer_of(stream: trio.SocketStream) -> str:
+    """``host:port`` of the other end, ``?`` when the socket cannot say."""
     try:
         host, port = stream.socket.getpeername()[:2]
     except OSError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from broker.store.files import atomic_write, read_optional
@@ -30,6 +31,8 @@ class TopicManager:
         self.default_queue_nums = default_queue_nums
         self._topics: dict[str, TopicConfig] = {}
         self._version = DataVersion(timestamp=int(time.time() * 1000), counter=0)
+        #: Called after every change (the name-server registrar re-registers at once).
+        self.on_change: Callable[[], None] | None = None
         self._load()
         if DEFAULT_TOPIC not in self._topics:
             self._topics[DEFAULT_TOPIC] = TopicConfig(
@@ -59,6 +62,8 @@ class TopicManager:
         wrapper = TopicConfigSerializeWrapper(dict(self._topics), self._version)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, wrapper.to_json())
+        if self.on_change is not None:
+            self.on_change()
 
     @property
     def data_version(self) -> DataVersion:

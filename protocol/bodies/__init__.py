@@ -48,6 +48,13 @@ from protocol.bodies.heartbeat import (
     ProducerData,
     SubscriptionData,
 )
+from protocol.bodies.namesrv import (
+    NAMESPACE_ORDER_TOPIC_CONFIG,
+    KVTable,
+    body_crc32,
+    decode_register_body,
+    encode_register_body,
+)
 from protocol.bodies.route import (
     MASTER_ID,
     PERM_INHERIT,
@@ -69,6 +76,7 @@ from protocol.bodies.route import (
 __all__ = [
     "MASTER_ID",
     "MAX_BITSET_BYTES",
+    "NAMESPACE_ORDER_TOPIC_CONFIG",
     "PERM_INHERIT",
     "PERM_PRIORITY",
     "PERM_READ",
@@ -89,6 +97,7 @@ __all__ = [
     "GetConsumerListByGroupResponseBody",
     "HeartbeatData",
     "JsonBody",
+    "KVTable",
     "LockBatchRequestBody",
     "LockBatchResponseBody",
     "MessageModel",
@@ -107,7 +116,10 @@ __all__ = [
     "TopicStatsTable",
     "UnlockBatchRequestBody",
     "bitset_to_offsets",
+    "body_crc32",
+    "decode_register_body",
     "dumps",
+    "encode_register_body",
     "is_inherited",
     "is_readable",
     "is_writeable",

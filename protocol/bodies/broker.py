@@ -142,13 +142,11 @@ class TopicConfigSerializeWrapper(JsonBody):
 
 @dataclass(frozen=True, slots=True)
 class RegisterBrokerBody(JsonBody):
-    """The body of ``REGISTER_BROKER``, JSON form only.
+    """The body of ``REGISTER_BROKER`` (JSON form).
 
     RocketMQ brokers send a zlib-compressed binary form instead when the request header
-    says ``compressed=true`` (``RegisterBrokerBody.encode(true)``: length-prefixed data
-    version, topic configs in ``TopicConfig.encode()``'s space-separated text, filter
-    servers, queue mappings). That form is not supported here: decode only uncompressed
-    bodies, and register with ``compressed=false``.
+    says ``compressed=true``; :func:`protocol.bodies.namesrv.decode_register_body` reads
+    both forms and :func:`~protocol.bodies.namesrv.encode_register_body` writes both.
     """
 
     topic_config_serialize_wrapper: TopicConfigSerializeWrapper = TopicConfigSerializeWrapper()

@@ -89,6 +89,9 @@ from protocol.headers.registry import decode_request_header as decode_request_he
 from protocol.headers.route import DeleteKVConfigRequestHeader as DeleteKVConfigRequestHeader
 from protocol.headers.route import GetKVConfigRequestHeader as GetKVConfigRequestHeader
 from protocol.headers.route import GetKVConfigResponseHeader as GetKVConfigResponseHeader
+from protocol.headers.route import (
+    GetKVListByNamespaceRequestHeader as GetKVListByNamespaceRequestHeader,
+)
 from protocol.headers.route import GetRouteInfoRequestHeader as GetRouteInfoRequestHeader
 from protocol.headers.route import (
     GetTopicsByClusterRequestHeader as GetTopicsByClusterRequestHeader,
@@ -148,6 +151,7 @@ __all__ = [
     "GetEarliestMsgStoretimeResponseHeader",
     "GetKVConfigRequestHeader",
     "GetKVConfigResponseHeader",
+    "GetKVListByNamespaceRequestHeader",
     "GetMaxOffsetRequestHeader",
     "GetMaxOffsetResponseHeader",
     "GetMinOffsetRequestHeader",

@@ -45,6 +45,7 @@ REQUEST_HEADERS: Mapping[int, type[Header]] = MappingProxyType(
         C.PUT_KV_CONFIG: route.PutKVConfigRequestHeader,
         C.GET_KV_CONFIG: route.GetKVConfigRequestHeader,
         C.DELETE_KV_CONFIG: route.DeleteKVConfigRequestHeader,
+        C.GET_KVLIST_BY_NAMESPACE: route.GetKVListByNamespaceRequestHeader,
         C.REGISTER_BROKER: route.RegisterBrokerRequestHeader,
         C.UNREGISTER_BROKER: route.UnRegisterBrokerRequestHeader,
         C.GET_ROUTEINFO_BY_TOPIC: route.GetRouteInfoRequestHeader,

@@ -1,6 +1,6 @@
 """Name server family: routes (GET_ROUTEINFO_BY_TOPIC 105, GET_TOPICS_BY_CLUSTER 224), broker
 registration (REGISTER_BROKER 103, UNREGISTER_BROKER 104) and the KV config store
-(PUT_KV_CONFIG 100, GET_KV_CONFIG 101, DELETE_KV_CONFIG 102).
+(PUT_KV_CONFIG 100, GET_KV_CONFIG 101, DELETE_KV_CONFIG 102, GET_KVLIST_BY_NAMESPACE 219).
 
 Java keeps the name server headers in ``remoting/.../protocol/header/namesrv/``.
 """
@@ -112,3 +112,10 @@ class DeleteKVConfigRequestHeader(Header):
 
     namespace: str
     key: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetKVListByNamespaceRequestHeader(Header):
+    """``GetKVListByNamespaceRequestHeader``: every key and value of ``namespace``."""
+
+    namespace: str

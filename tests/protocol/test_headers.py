@@ -165,6 +165,7 @@ JAVA_FIELDS: dict[str, str] = {
     "GetKVConfigResponseHeader": "value",
     "PutKVConfigRequestHeader": "namespace! key! value!",
     "DeleteKVConfigRequestHeader": "namespace! key!",
+    "GetKVListByNamespaceRequestHeader": "namespace!",
     "PopMessageRequestHeader": "consumerGroup! topic! queueId!:i maxMsgNums!:i invisibleTime!:l "
     "pollTime!:l bornTime!:l initMode!:i expType exp order:b attemptId",
     "PopMessageResponseHeader": "popTime!:l invisibleTime!:l reviveQid!:i restNum!:l "

@@ -1,0 +1,196 @@
+"""Registration with the name servers (RocketMQ's ``registerBrokerAll``).
+
+With ``namesrv_addr`` set, the broker registers its topics and queues with every name
+server: once at start, then every ``register_interval_s`` (30 s), and promptly whenever a
+topic is created, updated or deleted (:meth:`Registrar.poke`, called by the topic manager).
+Each registration carries the topic table's data version, so a name server only re-reads
+the topics when they changed.
+
+Theory of operation: every name server has a registration loop of its own; each
+registration uses a fresh connection under its own ``register_timeout_s`` cancel scope, so an
+unreachable or silent name server costs only its own loop a timeout and never delays the
+others; a failure is logged and retried at that loop's next round. Name servers never talk
+to each other: the broker is what keeps them consistent, within one register interval once
+they are reachable again.
+
+On a graceful stop (:meth:`Registrar.stop`) the loops finish the registrations under way
+(briefly; a silent name server's is cancelled), then the broker unregisters from every name
+server (concurrently, bounded), so it leaves the routes at once instead of after the name
+servers' expiry time. A stop takes at most about 2 x ``STOP_GRACE_S``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import trio
+
+from broker.config import BrokerConfig
+from broker.logs import get_logger
+from broker.topics import TopicManager
+from protocol.bodies.broker import RegisterBrokerBody, TopicConfigSerializeWrapper
+from protocol.bodies.namesrv import body_crc32, encode_register_body
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand, request
+from protocol.errors import ProtocolError
+from protocol.frame import FrameDecoder, encode_command
+from protocol.headers.route import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
+
+_log = get_logger("registration")
+_opaques = itertools.count(1)
+#: Bound on each phase of a graceful stop (finishing registrations; unregistering).
+STOP_GRACE_S = 1.5
+#: Largest reply accepted from a name server (a KV table at most).
+_MAX_REPLY = 16 * 1024 * 1024
+
+
+class NamesrvCallError(Exception):
+    """A name server could not be asked, or did not answer properly."""
+
+
+async def call_namesrv(addr: str, cmd: RemotingCommand) -> RemotingCommand:
+    """Send ``cmd`` to ``addr`` on a new connection and return the reply (callers bound the
+    wait with a cancel scope).
+
+    Raises:
+        NamesrvCallError: connecting, writing or reading failed, or the reply is malformed.
+    """
+    host, _, port = addr.rpartition(":")
+    try:
+        stream = await trio.open_tcp_stream(host, int(port))
+    except OSError as exc:
+        raise NamesrvCallError(f"cannot connect: {exc}") from None
+    async with stream:
+        try:
+            await stream.send_all(encode_command(cmd))
+            decoder = FrameDecoder(_MAX_REPLY)
+            while True:
+                data = await stream.receive_some(65536)
+                if not data:
+                    raise NamesrvCallError("connection closed before the reply")
+                decoder.feed(data)
+                while (reply := decoder.next_command()) is not None:
+                    if reply.is_response and reply.opaque == cmd.opaque:
+                        return reply
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise NamesrvCallError(f"connection failed: {exc}") from None
+        except ProtocolError as exc:
+            raise NamesrvCallError(f"malformed reply: {exc}") from None
+
+
+class Registrar:
+    """Keeps this broker registered with every name server (see the module docstring)."""
+
+    def __init__(self, config: BrokerConfig, topics: TopicManager, address: str) -> None:
+        self.config = config
+        self.topics = topics
+        self.address = address
+        self.namesrv_addrs = config.namesrv_addrs()
+        #: Name servers whose last registration failed (for logging state changes only).
+        self.failing: set[str] = set()
+        #: Successful registrations per name server (tests and logs read it).
+        self.registered: dict[str, int] = dict.fromkeys(self.namesrv_addrs, 0)
+        self._pokes = {addr: trio.Event() for addr in self.namesrv_addrs}
+        self._stopping = False
+        self._stopped = trio.Event()
+        self._loops = trio.CancelScope()
+
+    def poke(self) -> None:
+        """Register again now with every name server (a topic changed)."""
+        for event in self._pokes.values():
+            event.set()
+
+    async def run(self) -> None:
+        """Keep registering with every name server until :meth:`stop`: one loop per name
+        server, so a slow or unreachable one never holds up another."""
+        try:
+            with self._loops:
+                async with trio.open_nursery() as nursery:
+                    for addr in self.namesrv_addrs:
+                        nursery.start_soon(self._loop, addr)
+        finally:
+            self._stopped.set()
+
+    async def _loop(self, addr: str) -> None:
+        while not self._stopping:
+            self._pokes[addr] = poked = trio.Event()
+            await self._register_one(addr, self._register_request())
+            with trio.move_on_after(self.config.register_interval_s):
+                await poked.wait()
+
+    async def stop(self) -> None:
+        """Stop registering, then unregister everywhere; at most about 2 x ``STOP_GRACE_S``.
+
+        Registrations under way get ``STOP_GRACE_S`` to finish (one still in flight could
+        otherwise reach a name server after the unregistration and put the broker back);
+        those that do not (a silent name server) are cancelled. A stop must stay well inside
+        a supervisor's grace period (docker: 10 s), whatever the name servers do."""
+        self._stopping = True
+        self.poke()
+        with trio.move_on_after(STOP_GRACE_S):
+            await self._stopped.wait()
+        self._loops.cancel()
+        with trio.move_on_after(STOP_GRACE_S):  # bounded even if run() never started
+            await self._stopped.wait()
+        async with trio.open_nursery() as nursery:
+            for addr in self.namesrv_addrs:
+                nursery.start_soon(self._unregister_one, addr)
+
+    # ------------------------------------------------------------------ requests
+    def _register_request(self) -> RemotingCommand:
+        wrapper = TopicConfigSerializeWrapper(self.topics.all(), self.topics.data_version)
+        body = encode_register_body(RegisterBrokerBody(wrapper), compressed=False)
+        header = RegisterBrokerRequestHeader(
+            broker_name=self.config.broker_name,
+            broker_addr=self.address,
+            cluster_name=self.config.cluster,
+            ha_server_addr=self.address,
+            broker_id=0,
+            compressed=False,
+            body_crc32=body_crc32(body),
+        )
+        return request(RequestCode.REGISTER_BROKER, 0, header.to_ext(), body)
+
+    async def _ask(
+        self, addr: str, cmd: RemotingCommand, what: str, bound_s: float
+    ) -> RemotingCommand | None:
+        """``cmd`` with a fresh opaque, bounded by ``bound_s``; None on failure."""
+        with trio.move_on_after(bound_s):
+            try:
+                reply = await call_namesrv(addr, replace(cmd, opaque=next(_opaques)))
+            except NamesrvCallError as exc:
+                self._failed(addr, what, str(exc))
+                return None
+            if reply.code != ResponseCode.SUCCESS:
+                self._failed(addr, what, f"code {reply.code}: {reply.remark}")
+                return None
+            return reply
+        self._failed(addr, what, f"no reply within {bound_s} s")
+        return None
+
+    async def _register_one(self, addr: str, cmd: RemotingCommand) -> None:
+        if await self._ask(addr, cmd, "register", self.config.register_timeout_s) is None:
+            return
+        if addr in self.failing or self.registered[addr] == 0:
+            _log.info("registered with namesrv", namesrv=addr, broker=self.config.broker_name,
+                      topics=len(self.topics.all()))  # fmt: skip
+        self.failing.discard(addr)
+        self.registered[addr] += 1
+
+    async def _unregister_one(self, addr: str) -> None:
+        header = UnRegisterBrokerRequestHeader(
+            broker_name=self.config.broker_name,
+            broker_addr=self.address,
+            cluster_name=self.config.cluster,
+            broker_id=0,
+        )
+        cmd = request(RequestCode.UNREGISTER_BROKER, 0, header.to_ext())
+        timeout = min(self.config.register_timeout_s, STOP_GRACE_S)
+        if await self._ask(addr, cmd, "unregister", timeout) is not None:
+            _log.info("unregistered from namesrv", namesrv=addr, broker=self.config.broker_name)
+
+    def _failed(self, addr: str, what: str, error: str) -> None:
+        self.failing.add(addr)
+        _log.warning(f"{what} with namesrv failed", namesrv=addr, error=error,
+                     retry_in_s=self.config.register_interval_s)  # fmt: skip
