@@ -9,6 +9,7 @@ a test is parametrized with.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -19,6 +20,8 @@ import trio
 
 from broker.app import BrokerHandle, serve_broker
 from broker.config import BrokerConfig
+from broker.namesrv.app import NamesrvHandle, serve_namesrv
+from broker.namesrv.config import NamesrvConfig
 from tests.broker.client import TEST_SETTINGS
 
 T = TypeVar("T")
@@ -107,3 +110,81 @@ def broker_thread(data_dir: Path, **settings: Any) -> Iterator[BrokerThread]:
 def run(backend: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     """Run ``fn(*args)`` on a fresh event loop of ``backend`` (``trio`` or ``asyncio``)."""
     return anyio.run(fn, *args, backend=backend)
+
+
+class NamesrvThread:
+    """A name server served by ``trio.run`` on a daemon thread."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.config = NamesrvConfig(host="127.0.0.1", port=settings.pop("port", 0), **settings)
+        self.handle: NamesrvHandle | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="trimq-test-namesrv", daemon=True)
+
+    @property
+    def address(self) -> str:
+        """``127.0.0.1:port`` of the running name server."""
+        assert self.handle is not None
+        return self.handle.address
+
+    def start(self) -> NamesrvThread:
+        """Start and wait until it accepts connections."""
+        self._thread.start()
+        if not self._started.wait(_START_TIMEOUT) or self.handle is None:
+            raise RuntimeError(f"name server did not start: {self._error!r}")
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and join the thread."""
+        if self._token is not None and self._thread.is_alive() and self.handle is not None:
+            with suppress(trio.RunFinishedError):
+                trio.from_thread.run_sync(self.handle.stop, trio_token=self._token)
+        self._thread.join(_START_TIMEOUT)
+
+    def _main(self) -> None:
+        try:
+            trio.run(self._serve)
+        except BaseException as exc:
+            self._error = exc
+            self._started.set()
+
+    async def _serve(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        async with trio.open_nursery() as nursery:
+            self.handle = await nursery.start(serve_namesrv, self.config)
+            self._started.set()
+
+
+@contextmanager
+def cluster(
+    data_dir: Path, brokers: int = 2, **settings: Any
+) -> Iterator[tuple[NamesrvThread, list[BrokerThread]]]:
+    """A name server and ``brokers`` brokers registered with it (broker-a, broker-b, …);
+    yields once every broker is in the name server's cluster info."""
+    namesrv = NamesrvThread().start()
+    started: list[BrokerThread] = []
+    try:
+        for i in range(brokers):
+            name = f"broker-{chr(ord('a') + i)}"
+            started.append(
+                BrokerThread(
+                    data_dir / name, broker_name=name, namesrv_addr=namesrv.address,
+                    register_interval_s=1.0, **settings,
+                ).start()
+            )  # fmt: skip
+        assert namesrv.handle is not None
+        table = namesrv.handle.ctx.routes
+        for _ in range(200):  # bounded: 10 s
+            try:  # read from another thread: a concurrent change may interrupt the copy
+                if len(table.cluster_info().broker_addr_table) >= brokers:
+                    break
+            except RuntimeError:
+                pass
+            time.sleep(0.05)
+        yield namesrv, started
+    finally:
+        for broker in started:
+            broker.stop()
+        namesrv.stop()

@@ -1,0 +1,113 @@
+"""Clients over a name server and two brokers: failover and consuming from both."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from client.config import ClientConfig
+from client.errors import ClientError
+from client.instance import open_instance
+from client.message import Message, SendReceipt
+from client.producer import Producer
+from client.simple_consumer import SimpleConsumer
+from protocol.codes import RequestCode
+from protocol.headers.admin import CreateTopicRequestHeader
+from tests.client.harness import BrokerThread, cluster, run
+
+pytestmark = pytest.mark.integration
+TOPIC = "CT"
+
+
+async def create_everywhere(config: ClientConfig, brokers: list[BrokerThread]) -> None:
+    """The topic on every broker, and its route listing them all."""
+    header = CreateTopicRequestHeader(
+        topic=TOPIC, default_topic="TBW102", read_queue_nums=2, write_queue_nums=2, perm=6,
+        topic_filter_type="SINGLE_TAG", order=False,
+    )  # fmt: skip
+    async with open_instance(config) as (instance, _):
+        for b in brokers:
+            cmd = instance.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext())
+            await instance.call(b.address, cmd)
+        with anyio.fail_after(10):
+            while True:
+                route = await instance.route(TOPIC, refresh=True)
+                if len({q.broker_name for q in route.write_queues}) >= len(brokers):
+                    break
+                await anyio.sleep(0.1)
+
+
+async def _failover(
+    config: ClientConfig, brokers: list[BrokerThread]
+) -> tuple[list[SendReceipt], list[float]]:
+    await create_everywhere(config, brokers)
+    receipts: list[SendReceipt] = []
+    durations: list[float] = []
+    async with Producer(config, send_timeout=3.0) as producer:
+        for i in range(120):  # bounded
+            if i == 40:
+                await anyio.to_thread.run_sync(brokers[0].kill)  # broker-a dies mid-run
+            start = anyio.current_time()
+            receipts.append(await producer.send(Message(TOPIC, f"m{i}".encode())))
+            durations.append(anyio.current_time() - start)
+    return receipts, durations
+
+
+async def _drain(config: ClientConfig, expected: int) -> set[str]:
+    seen: set[str] = set()
+    async with SimpleConsumer(
+        config, group="cg", subscription={TOPIC: "*"}, consume_from="first"
+    ) as consumer:
+        with anyio.move_on_after(20):
+            while len(seen) < expected:
+                got = await consumer.receive(32, 30, await_duration=0.5)
+                seen |= {m.message_id for m in got}
+                await consumer.ack_many(got)
+    return seen
+
+
+def test_producer_fails_over_and_nothing_acknowledged_is_lost(tmp_path: Path, backend: str) -> None:
+    """broker-a is killed after 40 sends: every later send succeeds on broker-b within the
+    send timeout; after broker-a restarts, a consumer of the group gets every acknowledged
+    message from both brokers."""
+    with cluster(tmp_path) as (namesrv, brokers):
+        config = ClientConfig(
+            namesrv_addr=namesrv.address, request_timeout=2.0, connect_timeout=1.0
+        )
+        receipts, durations = run(backend, _failover, config, brokers)
+        assert len(receipts) == 120 and max(durations) < 3.0
+        before = {r.queue.broker_name for r in receipts[:40]}
+        after = {r.queue.broker_name for r in receipts[45:]}
+        assert before == {"broker-a", "broker-b"} and after == {"broker-b"}
+        # broker-a comes back on its port with its data (a crash restart).
+        port = brokers[0].port
+        brokers[0] = BrokerThread(
+            tmp_path / "broker-a", broker_name="broker-a", namesrv_addr=namesrv.address,
+            register_interval_s=1.0, port=port,
+        ).start()  # fmt: skip
+        time.sleep(1.5)  # registered again
+        seen = run(backend, _drain, config, len(receipts))
+        assert {r.message_id for r in receipts} <= seen
+
+
+async def _sends_fail_cleanly(config: ClientConfig, brokers: list[BrokerThread]) -> float:
+    await create_everywhere(config, brokers)
+    for b in brokers:
+        await anyio.to_thread.run_sync(b.kill)
+    async with Producer(config, send_timeout=2.0) as producer:
+        start = anyio.current_time()
+        with pytest.raises(ClientError):
+            await producer.send(Message(TOPIC, b"x"))
+        return anyio.current_time() - start
+
+
+def test_all_brokers_down_fails_within_timeout(tmp_path: Path, backend: str) -> None:
+    """Every broker dead: the send fails with a client error, within its total timeout."""
+    with cluster(tmp_path) as (namesrv, brokers):
+        config = ClientConfig(
+            namesrv_addr=namesrv.address, request_timeout=1.0, connect_timeout=0.5
+        )
+        assert run(backend, _sends_fail_cleanly, config, brokers) < 3.0
