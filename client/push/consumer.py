@@ -36,6 +36,7 @@ from client.push.pull_mode import PullEngine
 from client.push.runtime import PushOptions, Runtime
 from client.push.types import Listener, PushStatistics
 from client.simple_consumer import subscription_data
+from protocol.bodies.consumer import MessageQueue
 from protocol.bodies.heartbeat import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
 from protocol.naming import retry_topic, validate_group, validate_topic
 
@@ -159,7 +160,8 @@ class PushConsumer:
     ) -> None:
         stack, instance, runtime = self._stack, self._instance, self._runtime
         engine, consumers, fetchers = self._engine, self._consumers, self._fetchers
-        self._stack = self._instance = self._runtime = self._engine = None
+        # The runtime stays: statistics() reports the final counts after the block.
+        self._stack = self._instance = self._engine = None
         if stack is None or instance is None or runtime is None or consumers is None:
             return
         with anyio.CancelScope(shield=True):
@@ -210,13 +212,24 @@ class PushConsumer:
         return self._instance
 
     def statistics(self) -> PushStatistics:
-        """Cache, concurrency and outcome counters (zeros when not running)."""
+        """Cache, concurrency and outcome counters: live while running, the final ones
+        after the block, zeros before it."""
         if self._runtime is None:
-            return Runtime(self.listener, self.options).statistics()
+            return PushStatistics(0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         return self._runtime.statistics()
 
+    async def run_until_cancelled(self) -> None:
+        """Sleep while the consumer works, until the caller is cancelled (a service's
+        main task: ``async with PushConsumer(...) as c: await c.run_until_cancelled()``).
+
+        Raises:
+            ClientClosedError: outside ``async with``.
+        """
+        _ = self.instance
+        await anyio.sleep_forever()
+
     @property
-    def assigned_queues(self) -> list[Any]:
+    def assigned_queues(self) -> list[MessageQueue]:
         """Pull mode: the queues this consumer owns now (sorted); pop mode: empty."""
         if isinstance(self._engine, PullEngine):
             return sorted(self._engine.queues)

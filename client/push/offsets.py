@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import structlog
 
-from client.errors import ClientError
 from client.instance import ClientInstance
 from client.push import pull_api
 from protocol.bodies.consumer import MessageQueue
-from protocol.errors import BrokerError
+from protocol.errors import TrimqError
 from protocol.naming import is_retry_topic
 
 _log = structlog.get_logger("trimq.client.push")
@@ -44,14 +43,18 @@ class OffsetStore:
         sent back before the queue was assigned are not skipped).
 
         Raises:
-            ClientError, BrokerError: the broker could not answer.
+            TrimqError: the broker could not answer.
         """
         committed = await pull_api.query_offset(self.instance, self.group, mq)
-        if committed is None or committed < 0:
-            first = self.consume_from == "first" or is_retry_topic(mq.topic)
-            committed = await pull_api.queue_offset(self.instance, mq, first=first)
-        self._offsets[mq] = self._persisted[mq] = committed
-        return committed
+        if committed is not None and committed >= 0:
+            self._offsets[mq] = self._persisted[mq] = committed
+            return committed
+        first = self.consume_from == "first" or is_retry_topic(mq.topic)
+        start = await pull_api.queue_offset(self.instance, mq, first=first)
+        # Not marked persisted: the next persist writes it, so a restart resumes here
+        # instead of computing "last" again and skipping what arrived in between.
+        self._offsets[mq] = start
+        return start
 
     async def persist(self, mq: MessageQueue) -> None:
         """Write ``mq``'s offset to its broker if it moved (failures are logged)."""
@@ -60,7 +63,7 @@ class OffsetStore:
             return
         try:
             await pull_api.update_offset(self.instance, self.group, mq, offset)
-        except (ClientError, BrokerError) as exc:
+        except TrimqError as exc:
             _log.warning("offset persist failed", queue=str(mq), error=str(exc))
             return
         self._persisted[mq] = offset

@@ -25,12 +25,11 @@ from typing import TYPE_CHECKING
 import anyio
 import structlog
 
-from client.errors import ClientError
 from client.message import ReceivedMessage
 from client.push import pull_api
 from client.push.types import Outcome
 from protocol.bodies.consumer import MessageQueue
-from protocol.errors import BrokerError
+from protocol.errors import TrimqError
 
 if TYPE_CHECKING:
     from client.push.pull_mode import PullEngine, QueueState
@@ -74,7 +73,7 @@ class OrderlyConsumer:
                 granted = await pull_api.lock_batch(
                     self.engine.instance, self.engine.group, broker, [s.mq for s in group]
                 )
-            except (ClientError, BrokerError) as exc:
+            except TrimqError as exc:
                 _log.warning("lock failed", broker=broker, error=str(exc))
                 continue
             for state in group:
@@ -89,7 +88,7 @@ class OrderlyConsumer:
         for broker, mqs in by_broker.items():
             try:
                 await pull_api.unlock_batch(self.engine.instance, self.engine.group, broker, mqs)
-            except (ClientError, BrokerError) as exc:
+            except TrimqError as exc:
                 _log.info("unlock failed", broker=broker, error=str(exc))
 
     # ------------------------------------------------------------------ consuming
@@ -110,7 +109,12 @@ class OrderlyConsumer:
             count = message.reconsume_times + failures.get(offset, 0)
             view = replace(message, record=replace(message.record, reconsume_times=count))
             with self.runtime.tracked():
-                outcome = await self.runtime.consume(view)
+                state.consuming, state.idle = True, anyio.Event()
+                try:
+                    outcome = await self.runtime.consume(view)
+                finally:
+                    state.consuming = False
+                    state.idle.set()
                 if outcome is Outcome.SKIPPED or state.pq.dropped:
                     return
                 if outcome is Outcome.SUCCESS or await self._dead_letter_if_spent(view):

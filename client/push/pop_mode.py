@@ -46,7 +46,7 @@ from client.pop import MAX_POP_MESSAGES, PopSession, brokers_of
 from client.push import pull_api
 from client.push.runtime import Runtime
 from client.push.types import Outcome
-from protocol.errors import BrokerError
+from protocol.errors import TrimqError
 
 _log = structlog.get_logger("trimq.client.push")
 #: Pause after a failed pop before the loop tries again (RocketMQ 5: 1 s on receive failure).
@@ -114,7 +114,7 @@ class PopEngine:
                     poll_ms=int(options.long_poll_s * 1000),
                     expression=self.subscription.get(topic, "*"), order=options.orderly,
                 )  # fmt: skip
-            except (ClientError, BrokerError) as exc:
+            except TrimqError as exc:
                 self.runtime.fill(reserved, [])
                 _log.warning("pop failed", topic=topic, broker=broker, error=str(exc))
                 await anyio.sleep(_POP_FAILURE_PAUSE)
@@ -192,7 +192,7 @@ class PopEngine:
                 self.instance, self.group, message, delay_level=-1,
                 max_reconsume_times=self.options.max_reconsume_times,
             )  # fmt: skip
-        except (ClientError, BrokerError) as exc:
+        except TrimqError as exc:
             _log.warning("dead-lettering failed", message_id=message.message_id, error=str(exc))
             return False
         self._failures.pop(key, None)
@@ -217,5 +217,5 @@ class PopEngine:
         # invisible time runs out (at-least-once).
         try:
             await call
-        except (ClientError, BrokerError) as exc:
+        except TrimqError as exc:
             _log.warning(f"{what} failed", message_id=message.message_id, error=str(exc))

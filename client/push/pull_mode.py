@@ -33,7 +33,7 @@ import anyio
 import anyio.abc
 import structlog
 
-from client.errors import ClientError, NoRouteError
+from client.errors import NoRouteError
 from client.instance import ClientInstance
 from client.message import ReceivedMessage
 from client.pop import brokers_of
@@ -45,7 +45,7 @@ from client.push.runtime import Runtime
 from client.push.types import Outcome
 from protocol.bodies.consumer import MessageQueue
 from protocol.codes import ResponseCode
-from protocol.errors import BrokerError
+from protocol.errors import TrimqError
 from protocol.naming import retry_topic
 
 _log = structlog.get_logger("trimq.client.push")
@@ -56,6 +56,8 @@ _PULL_FAILURE_PAUSE = 1.0
 _FLOW_CONTROL_PAUSE = 0.05
 #: Java ``submitConsumeRequestLater``: re-consume locally when the send-back failed.
 _RECONSUME_LATER_DELAY = 5.0
+#: Java ``removeUnnecessaryMessageQueue``: an orderly queue's consume lock is waited for 1 s.
+_ORDERLY_DROP_WAIT = 1.0
 
 
 def tag_matches(expression: str, tag: str | None) -> bool:
@@ -79,6 +81,9 @@ class QueueState:
     wake: anyio.Event = field(default_factory=anyio.Event)
     #: The last pull found nothing new: the next one is a long poll that may be held.
     caught_up: bool = False
+    #: Orderly: a listener call on this queue is running; ``idle`` is set when it ends.
+    consuming: bool = False
+    idle: anyio.Event = field(default_factory=anyio.Event)
 
 
 class PullEngine:
@@ -159,7 +164,7 @@ class PullEngine:
         for broker in brokers_of(route.read_queues):
             try:
                 cids = await pull_api.consumer_ids(self.instance, self.group, broker)
-            except (ClientError, BrokerError) as exc:
+            except TrimqError as exc:
                 _log.info("consumer list failed", broker=broker, error=str(exc))
                 continue
             if self.instance.client_id not in cids:
@@ -170,7 +175,7 @@ class PullEngine:
     async def _add(self, mq: MessageQueue) -> None:
         try:
             offset = await self.offsets.start_offset(mq)
-        except (ClientError, BrokerError) as exc:
+        except TrimqError as exc:
             _log.warning("cannot read start offset", queue=str(mq), error=str(exc))
             return
         state = QueueState(mq, ProcessQueue(offset))
@@ -184,10 +189,22 @@ class PullEngine:
         _log.info("queue assigned", queue=str(mq), offset=offset)
 
     async def drop(self, mq: MessageQueue) -> None:
-        """Give up ``mq``: stop pulling, persist its offset, unlock it, forget its messages."""
-        state = self.queues.pop(mq, None)
+        """Give up ``mq``: stop pulling, persist its offset, unlock it, forget its messages.
+
+        Orderly: not while a listener call on it runs (waits up to 1 s, else keeps it until
+        the next rebalance, as Java's ``removeUnnecessaryMessageQueue``), since unlocking
+        would let the new owner consume the queue's next message alongside it.
+        """
+        state = self.queues.get(mq)
         if state is None:
             return
+        if self.orderly is not None and state.consuming:
+            with anyio.move_on_after(_ORDERLY_DROP_WAIT):
+                await state.idle.wait()
+            if state.consuming:
+                _log.info("queue busy: released at the next rebalance", queue=str(mq))
+                return
+        del self.queues[mq]
         state.scope.cancel()
         state.pq.dropped = True
         state.wake.set()
@@ -221,7 +238,7 @@ class PullEngine:
                 reserved = await self.runtime.reserve(wanted)
                 try:
                     result = await self._pull(state, reserved)
-                except (ClientError, BrokerError) as exc:
+                except TrimqError as exc:
                     self.runtime.fill(reserved, [])
                     _log.warning("pull failed", queue=str(state.mq), error=str(exc))
                     await anyio.sleep(_PULL_FAILURE_PAUSE)
@@ -306,7 +323,7 @@ class PullEngine:
                 self.instance, self.group, message, delay_level=delay_level,
                 max_reconsume_times=self.options.max_reconsume_times,
             )  # fmt: skip
-        except (ClientError, BrokerError) as exc:
+        except TrimqError as exc:
             _log.warning("send back failed", message_id=message.message_id, error=str(exc))
             return False
         if self.instance.cached_route(self.retry_topic) is None:

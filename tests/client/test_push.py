@@ -65,7 +65,7 @@ async def _every_message_once(config: ClientConfig, mode: str) -> None:
         await until(lambda: len(seen) >= 30)
         await anyio.sleep(0.5)  # nothing more may come
     assert sorted(seen) == sorted(f"m{i}".encode() for i in range(30))
-    assert consumer.statistics().consumed == 0  # not running any more: zeros
+    assert consumer.statistics().consumed == 30  # the final counts stay readable
 
 
 @pytest.mark.parametrize("mode", MODES)
