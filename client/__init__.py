@@ -16,6 +16,7 @@ from client.errors import (
 )
 from client.message import Message, ReceivedMessage, SendReceipt, SendStatus
 from client.producer import Producer
+from client.push import ConsumeResult, PushConsumer
 from client.simple_consumer import SimpleConsumer
 
 __all__ = [
@@ -24,9 +25,11 @@ __all__ = [
     "ClientError",
     "ConnectError",
     "ConnectionLostError",
+    "ConsumeResult",
     "Message",
     "NoRouteError",
     "Producer",
+    "PushConsumer",
     "ReceivedMessage",
     "RequestTimeoutError",
     "SendFailedError",
