@@ -47,9 +47,10 @@ class PushConsumer:
     """Delivers messages to ``listener`` while the ``async with`` block runs.
 
     Args:
-        config: connection settings. Pull-mode consumers with the default instance name get a
+        config: connection settings. With the default instance name a consumer gets a
             unique one (as Java's ``changeInstanceNameToPID``), so several consumers of one
-            group in one process are distinct group members.
+            group in one process are distinct group members (one leaving does not
+            unregister the others).
         group: the consumer group.
         subscription: topic → tag expression (``"*"``, ``"a || b"``).
         listener: ``(ReceivedMessage) -> ConsumeResult``, sync (run in worker threads) or
@@ -97,7 +98,7 @@ class PushConsumer:
             validate_topic(topic)
         self.options = PushOptions(mode=mode, orderly=orderly, **options)
         config = config or ClientConfig()
-        if mode == "pull" and config.instance_name == "DEFAULT":
+        if config.instance_name == "DEFAULT":
             config = dataclasses.replace(config, instance_name=f"{time.monotonic_ns()}")
         self.config = config
         self.group = group

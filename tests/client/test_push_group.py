@@ -58,7 +58,9 @@ class Recorder:
 async def _split(config: ClientConfig) -> None:
     await _send(config, "PT5", ["warm-up"])  # the topic exists (4 queues) before they start
     one, two = Recorder(0.02), Recorder(0.02)
-    options: dict[str, Any] = {**FAST, "consume_concurrency": 2}
+    # No periodic rebalance within the test: the split must come from the broker's
+    # NOTIFY_CONSUMER_IDS_CHANGED when the second consumer's heartbeat arrives.
+    options: dict[str, Any] = {**FAST, "consume_concurrency": 2, "rebalance_interval": 60.0}
     async with (
         PushConsumer(config, group="PG5", subscription={"PT5": "*"}, listener=one,
                      mode="pull", **options) as c1,
@@ -87,8 +89,9 @@ async def _split(config: ClientConfig) -> None:
 def test_two_pull_consumers_split_queues(
     broker: BrokerThread, config: ClientConfig, backend: str
 ) -> None:
-    """Two pull-mode consumers of one group own two queues each (averaging), together get
-    every message once, and each runs at most consume_concurrency listener calls."""
+    """Two pull-mode consumers of one group own two queues each (averaging, rebalanced on
+    the broker's notification), together get every message once, and each runs at most
+    consume_concurrency listener calls."""
     run(backend, _split, config)
 
 
