@@ -53,6 +53,9 @@ _log = structlog.get_logger("trimq.client.push")
 _POP_FAILURE_PAUSE = 1.0
 #: Invisible time of a message given back on shutdown: as soon as the broker allows.
 _GIVE_BACK_MS = 1
+#: Orderly failure counts kept at most (oldest forgotten first; the broker's own limit
+#: still dead-letters a message whose count was forgotten).
+_MAX_TRACKED_FAILURES = 10_000
 
 
 class PopEngine:
@@ -185,6 +188,8 @@ class PopEngine:
         that fails it is retried like any failure, so it is never lost."""
         key = (message.record.topic, message.record.queue_id, message.queue_offset)
         failures = self._failures[key] = self._failures.get(key, 0) + 1
+        if len(self._failures) > _MAX_TRACKED_FAILURES:  # messages another consumer took
+            del self._failures[next(iter(self._failures))]
         if failures <= self.options.max_reconsume_times:
             return False
         try:
