@@ -24,6 +24,7 @@ from typing import Any, Generic, ParamSpec, Self, TypeVar
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from client import producer as _producer
+from client import push as _push
 from client import simple_consumer as _simple
 from client.config import ClientConfig
 from client.errors import ClientClosedError
@@ -161,3 +162,29 @@ class SimpleConsumer(_Facade[_simple.SimpleConsumer]):
     ) -> ReceivedMessage:
         """Keep a message invisible longer; returns it with its new receipt."""
         return self._call(self._client.change_invisible_duration, message, invisible_duration)
+
+
+class PushConsumer(_Facade[_push.PushConsumer]):
+    """Blocking :class:`client.push.PushConsumer`: the listener runs on the facade's event-loop
+    thread (async listeners) or in worker threads (sync listeners) while the block is open."""
+
+    def __init__(
+        self,
+        config: ClientConfig | None = None,
+        *,
+        group: str,
+        subscription: Mapping[str, str],
+        listener: _push.Listener,
+        backend: str = "asyncio",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            _push.PushConsumer(
+                config, group=group, subscription=subscription, listener=listener, **kwargs
+            ),
+            backend,
+        )
+
+    def statistics(self) -> _push.PushStatistics:
+        """Counters and cache levels (see the async method)."""
+        return self._client.statistics()

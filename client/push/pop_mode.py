@@ -86,11 +86,18 @@ class PopEngine:
         """Start receive loops for every (topic, broker) and keep discovering new ones."""
         async with anyio.create_task_group() as tg:
             while True:  # runs until the consumer cancels its fetchers
-                for pair in await self._pairs():
+                pairs = await self._pairs()
+                for pair in pairs:
                     if pair not in self._loops:
                         self._loops.add(pair)
                         tg.start_soon(self._receive_loop, *pair)
-                await anyio.sleep(self.options.rebalance_interval)
+                # A topic without a route yet (created after we started) is looked for
+                # every second, not every rebalance interval.
+                covered = {topic for topic, _ in pairs}
+                interval = self.options.rebalance_interval
+                await anyio.sleep(
+                    interval if covered >= set(self.subscription) else min(1.0, interval)
+                )
 
     async def _pairs(self) -> list[tuple[str, str]]:
         pairs = []

@@ -11,8 +11,9 @@ import pytest
 from client.config import ClientConfig
 from client.errors import ClientError
 from client.instance import open_instance
-from client.message import Message, SendReceipt
+from client.message import Message, ReceivedMessage, SendReceipt
 from client.producer import Producer
+from client.push import ConsumeResult, PushConsumer
 from client.simple_consumer import SimpleConsumer
 from protocol.codes import RequestCode
 from protocol.headers.admin import CreateTopicRequestHeader
@@ -111,3 +112,42 @@ def test_all_brokers_down_fails_within_timeout(tmp_path: Path, backend: str) -> 
             namesrv_addr=namesrv.address, request_timeout=1.0, connect_timeout=0.5
         )
         assert run(backend, _sends_fail_cleanly, config, brokers) < 3.0
+
+
+async def _push_over_two(config: ClientConfig, brokers: list[BrokerThread], mode: str) -> None:
+    await create_everywhere(config, brokers)
+    seen: dict[str, str] = {}
+    all_in = anyio.Event()
+
+    async def listener(message: ReceivedMessage) -> ConsumeResult:
+        seen[message.message_id] = message.broker_name
+        if len(seen) >= 60:
+            all_in.set()
+        return ConsumeResult.SUCCESS
+
+    group = f"push_{mode}"
+    async with PushConsumer(
+        config, group=group, subscription={TOPIC: "*"}, listener=listener, mode=mode,
+        consume_from="first", long_poll=1.0,
+    ), PushConsumer(
+        config, group=group, subscription={TOPIC: "*"}, listener=listener, mode=mode,
+        consume_from="first", long_poll=1.0,
+    ):  # fmt: skip
+        async with Producer(config) as producer:
+            sent = {
+                (await producer.send(Message(TOPIC, f"{i}".encode()))).message_id for i in range(60)
+            }
+        with anyio.fail_after(30):
+            await all_in.wait()
+    assert set(seen) == sent
+    assert set(seen.values()) == {"broker-a", "broker-b"}
+
+
+@pytest.mark.parametrize("mode", ["pop", "pull"])
+def test_one_group_over_two_brokers_gets_everything(
+    tmp_path: Path, backend: str, mode: str
+) -> None:
+    """Two push consumers of one group, topic on two brokers: every message, from both."""
+    with cluster(tmp_path) as (namesrv, brokers):
+        config = ClientConfig(namesrv_addr=namesrv.address)
+        run(backend, _push_over_two, config, brokers, mode)

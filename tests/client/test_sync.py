@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
 from client import sync
 from client.config import ClientConfig
 from client.errors import ClientClosedError
-from client.message import Message
+from client.message import Message, ReceivedMessage
 from tests.client.harness import BrokerThread
 
 pytestmark = pytest.mark.integration
@@ -60,3 +61,33 @@ def test_sync_facade_outside_with_raises(config: ClientConfig) -> None:
     finally:
         producer.close()
     producer.close()  # idempotent
+
+
+def test_sync_push_consumer(broker: BrokerThread, config: ClientConfig) -> None:
+    """A blocking push consumer with a plain function as listener gets every message."""
+    from client.push import ConsumeResult
+
+    seen: list[bytes] = []
+    done = threading.Event()
+
+    def listener(message: ReceivedMessage) -> ConsumeResult:
+        seen.append(message.body)
+        if len(seen) >= 10:
+            done.set()
+        return ConsumeResult.SUCCESS
+
+    with (
+        sync.Producer(config) as producer,
+        sync.PushConsumer(
+            config, group="spg", subscription={"SP": "*"}, listener=listener, consume_from="first"
+        ) as consumer,
+    ):
+        for i in range(10):
+            producer.send(Message("SP", f"p{i}".encode()))
+        assert done.wait(20)
+        for _ in range(100):  # bounded: the counters follow the listener threads' returns
+            if consumer.statistics().consumed >= 10:
+                break
+            time.sleep(0.05)
+        assert consumer.statistics().consumed >= 10
+    assert sorted(seen) == sorted(f"p{i}".encode() for i in range(10))

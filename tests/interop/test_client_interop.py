@@ -1,7 +1,7 @@
 """Our client library and a third-party RocketMQ client through one broker, both directions.
 
-* ali-ons produces (TagA/TagB, one ~6 KiB body it compresses) → our consumer receives every
-  message with its key, tag and intact body (inflated);
+* ali-ons produces (TagA/TagB, one ~6 KiB body it compresses) → our PushConsumer (pull mode,
+  JSON headers) receives every message with its key, tag and intact body (inflated);
 * our Producer sends (one ~6 KiB body we compress with zlib, as the Java producer does) →
   the ali-ons consumer, subscribed to TagA, receives exactly the TagA messages, intact.
 """
@@ -15,9 +15,9 @@ import pytest
 import trio
 
 from client.config import ClientConfig
-from client.message import Message
+from client.message import Message, ReceivedMessage
 from client.producer import Producer
-from client.simple_consumer import SimpleConsumer
+from client.push import ConsumeResult, PushConsumer
 from scripts.interop_setup import ClientEnv
 from tests.broker.client import open_broker
 from tests.interop.test_interop import (
@@ -56,17 +56,24 @@ async def test_ali_ons_produces_our_consumer_receives(
             )  # fmt: skip
             await run_to_end(command, env, run, PRODUCE_TIMEOUT)
             assert run.returncode == 0 and len(run.of("sent")) == len(messages), run.report()
+            # Our push consumer (pull mode, JSON headers like any RocketMQ client).
             config = ClientConfig(namesrv_addr=address, serialize="json")
-            got = {}
-            async with SimpleConsumer(
-                config, group="ours", subscription={TOPIC: "*"}, consume_from="first"
-            ) as consumer:
-                for _ in range(50):  # bounded
-                    for m in await consumer.receive(32, 30, await_duration=1):
-                        got[m.keys[0]] = m
-                        await consumer.ack(m)
-                    if len(got) == len(messages):
-                        break
+            got: dict[str, ReceivedMessage] = {}
+            all_in = trio.Event()
+
+            async def listener(message: ReceivedMessage) -> ConsumeResult:
+                # async: it runs on the event loop, so setting the trio Event wakes the test
+                got[message.keys[0]] = message
+                if len(got) == len(messages):
+                    all_in.set()
+                return ConsumeResult.SUCCESS
+
+            async with PushConsumer(
+                config, group="ours", subscription={TOPIC: "*"}, listener=listener,
+                mode="pull", consume_from="first", long_poll=2.0,
+            ):  # fmt: skip
+                with trio.move_on_after(RECEIVE_TIMEOUT):
+                    await all_in.wait()
             assert set(got) == {m.key for m in messages}
             for planned in messages:
                 m = got[planned.key]
