@@ -21,12 +21,14 @@ import structlog
 from client.config import ClientConfig
 from client.errors import ClientError, NoRouteError
 from client.remoting import RemotingClient
+from protocol.bodies.admin import ResetOffsetBody
 from protocol.bodies.consumer import MessageQueue
 from protocol.bodies.heartbeat import ConsumerData, HeartbeatData, ProducerData
 from protocol.bodies.route import BrokerData, TopicRouteData, is_readable, is_writeable
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
 from protocol.errors import BrokerError, ProtocolError, for_code
+from protocol.headers.admin import ResetOffsetRequestHeader
 from protocol.headers.client import (
     NotifyConsumerIdsChangedRequestHeader,
     UnregisterClientRequestHeader,
@@ -37,6 +39,8 @@ _log = structlog.get_logger("trimq.client")
 
 #: Called with the group named in a broker's NOTIFY_CONSUMER_IDS_CHANGED.
 RebalanceHook = Callable[[str], None]
+#: Called with (group, topic, queue → offset) of a broker's RESET_CONSUMER_CLIENT_OFFSET.
+ResetHook = Callable[[str, str, dict[MessageQueue, int]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,7 @@ class ClientInstance:
         #: Supplies the consumer groups to announce in heartbeats.
         self.consumer_data: Callable[[], Iterable[ConsumerData]] = tuple
         self.on_rebalance: RebalanceHook | None = None
+        self.on_reset_offset: ResetHook | None = None
 
     # ------------------------------------------------------------------ requests
     def request(
@@ -235,9 +240,24 @@ class ClientInstance:
             if self.on_rebalance is not None:
                 self.on_rebalance(group)
             return None
+        if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            return self._on_reset(cmd)
         return cmd.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"client does not serve code {cmd.code}"
         )
+
+    def _on_reset(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """``mqadmin resetOffsetByTime`` moved a group's offsets: a pull consumer must move its
+        in-memory position too, or its next commit would undo the reset."""
+        try:
+            header = ResetOffsetRequestHeader.from_ext(cmd.ext_fields)
+            table = dict(ResetOffsetBody.from_json(cmd.body).offset_table)
+        except ProtocolError as exc:
+            _log.warning("bad reset-offset request", error=str(exc))
+            return None if cmd.is_oneway else cmd.response(exc.code, exc.message)
+        if self.on_reset_offset is not None:
+            self.on_reset_offset(header.group, header.topic, table)
+        return None if cmd.is_oneway else cmd.response()
 
 
 @asynccontextmanager

@@ -128,6 +128,7 @@ class PushConsumer:
             else:
                 engine = PullEngine(instance, self.group, self.subscription, runtime, consumers)
                 instance.on_rebalance = self._on_rebalance
+                instance.on_reset_offset = self._on_reset_offset
             self._fetchers = anyio.CancelScope()
             tg.start_soon(self._run_fetchers, engine, self._fetchers)
         except BaseException:
@@ -148,6 +149,10 @@ class PushConsumer:
     async def _run_fetchers(engine: PopEngine | PullEngine, scope: anyio.CancelScope) -> None:
         with scope:
             await engine.run()
+
+    def _on_reset_offset(self, group: str, topic: str, table: dict[MessageQueue, int]) -> None:
+        if group == self.group and isinstance(self._engine, PullEngine):
+            self._engine.reset_offsets(topic, table)
 
     def _on_rebalance(self, group: str) -> None:
         if group == self.group and isinstance(self._engine, PullEngine):

@@ -216,6 +216,28 @@ class PullEngine:
         self.runtime.release(*state.pq.clear())
         _log.info("queue released", queue=str(mq))
 
+    def reset_offsets(self, topic: str, table: Mapping[MessageQueue, int]) -> None:
+        """The broker reset the group's offsets on ``topic`` (RESET_CONSUMER_CLIENT_OFFSET)."""
+        if self._tg is not None:
+            self._tg.start_soon(self._reset, topic, dict(table))
+
+    async def _reset(self, topic: str, table: dict[MessageQueue, int]) -> None:
+        """Forget the owned queues' positions and cached messages (never committing them:
+        that would undo the reset), then take the queues again from the broker's offsets."""
+        for mq, offset in sorted(table.items()):
+            state = self.queues.pop(mq, None) if mq.topic == topic else None
+            if state is None:
+                continue
+            state.scope.cancel()
+            state.pq.dropped = True
+            state.wake.set()
+            self.offsets.remove(mq)
+            if self.orderly is not None:
+                await self.orderly.unlock([state])
+            self.runtime.release(*state.pq.clear())
+            _log.info("queue reset", queue=str(mq), offset=offset)
+        self.request_rebalance()
+
     async def close(self) -> None:
         """On shutdown (consumption ended): persist every offset, release every lock."""
         states = list(self.queues.values())
