@@ -42,6 +42,9 @@ class BrokerConfig:
     retry_naming: str = "v2"
     flush: str = "async"
     metrics_dir: Path | None = None
+    #: Serve Prometheus ``/metrics`` on this port of ``host`` (0 = any free port, logged);
+    #: None = off. (RocketMQ's exporter is off by default too; its port is 5557.)
+    prometheus_port: int | None = None
     #: Queues of a topic created on first send or by default (RocketMQ: defaultTopicQueueNums).
     default_queue_nums: int = 4
     auto_create_topic: bool = True
@@ -66,6 +69,8 @@ class BrokerConfig:
             raise ConfigError(f"flush must be async or sync, not {self.flush!r}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is outside 0..65535")
+        if self.prometheus_port is not None and not 0 <= self.prometheus_port <= 65535:
+            raise ConfigError(f"prometheus_port {self.prometheus_port} is outside 0..65535")
 
     def store_config(self, bound_port: int) -> StoreConfig:
         """The storage engine's settings (the store host is the advertised address)."""
@@ -98,7 +103,7 @@ def _convert(name: str, kind: Any, raw: object) -> object:
         return None
     text = str(raw)
     try:
-        if kind in (int, "int"):
+        if kind in (int, "int", "int | None"):
             return int(text)
         if kind in (float, "float"):
             return float(text)
@@ -169,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-naming", choices=RETRY_NAMINGS)
     p.add_argument("--flush", choices=("async", "sync"))
     p.add_argument("--metrics-dir")
+    p.add_argument("--prometheus-port", type=int, help="serve /metrics here (0 = any free port)")
     p.add_argument("--config", help="broker.toml with the same settings")
     return p
 
