@@ -3,6 +3,7 @@ setting, and a real broker's HTTP endpoint after a pop and an ack over TCP."""
 
 from __future__ import annotations
 
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -143,5 +144,5 @@ async def test_broker_serves_metrics_of_a_pop_and_an_ack(tmp_path: Path) -> None
             assert ("trimq_wasted_wakeups_total", labels(**where)) not in found
             assert found[("trimq_metrics_events_written_total", labels())] >= 3
         # Stopped with the broker: the port no longer answers.
-        with pytest.raises(OSError):
+        with pytest.raises(urllib.error.URLError, match="refused"):
             await trio.to_thread.run_sync(scrape, port)
