@@ -15,6 +15,7 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from analytics.report import Rows, kind_order, mode_order
 
@@ -56,8 +57,10 @@ def latency_cdf(histogram: Rows, path: Path, min_ms: float) -> None:
                 seen += n
                 xs.append(upper)
                 ys.append(seen / total)
-            ax.plot(xs, ys, marker=".", markersize=3, label=f"{mode} (n={total})")
+            # Steps: the CDF is exact at each bin's upper edge and flat until the next bin.
+            ax.plot(xs, ys, drawstyle="steps-post", label=f"{mode} (n={total})")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # short ranges would label every minor tick
         ax.set_ylim(0, 1.02)
         ax.set_title(f"{kind}")
         ax.set_xlabel(f"latency (ms, log scale; ≤ {min_ms:g} ms drawn at {min_ms:g})")
@@ -94,7 +97,10 @@ def throughput_over_time(per_second: Rows, path: Path) -> None:
         width = max(1.0, math.ceil((t1 - t0) / MAX_POINTS))
         for mode in sorted(by_mode, key=mode_order):
             points = _rebucket(by_mode[mode], width)
-            grid = [t0 + i * width for i in range(int((t1 - t0) // width) + 1)]
+            # Zeros only inside this mode's own span: brokers of different modes may have
+            # run one after the other (as in the seed experiment).
+            first, last = min(points), max(points)
+            grid = [first + i * width for i in range(int((last - first) // width) + 1)]
             rates = [points.get(t, 0) / width for t in grid]
             ax.plot([t - t0 for t in grid], rates, linewidth=1, label=mode)
         ax.legend(title="wake mode")
