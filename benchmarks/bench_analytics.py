@@ -150,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         SparkSession.builder.master(args.master)
         .appName("trimq-bench-analytics")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", args.driver_memory)
         .config("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
