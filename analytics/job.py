@@ -39,6 +39,8 @@ from pyspark.sql import functions as F
 from analytics import plots, transforms
 from analytics.report import ReportData, Rows, render
 
+#: Run as a script (``spark-submit analytics/job.py``) rather than as ``analytics.job``.
+AS_SCRIPT = __package__ in (None, "")
 APP_NAME = "trimq-analytics"
 DEFAULT_GLOB = "events-*.jsonl"
 #: Output tables and the columns each is sorted by (deterministic files for diffing).
@@ -177,8 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     started = time.monotonic()
     spark = session(args.master)
+    spark.sparkContext.setLogLevel("WARN")  # spark-submit's INFO lines would bury the result
     try:
-        command = "python -m analytics " + shlex.join(sys.argv[1:] if argv is None else argv)
+        prog = "spark-submit analytics/job.py" if AS_SCRIPT else "python -m analytics"
+        command = f"{prog} {shlex.join(sys.argv[1:] if argv is None else argv)}"
         path = run(spark, args.input, args.output, glob=args.glob, command=command)
     finally:
         spark.stop()
