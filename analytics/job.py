@@ -83,7 +83,7 @@ def tables(parsed: DataFrame) -> dict[str, DataFrame]:
     }
 
 
-def write_tables(spark: SparkSession, lines: DataFrame, output: Path) -> None:
+def write_tables(lines: DataFrame, output: Path) -> None:
     """Parse once (kept in memory, spilling to disk), then write every table as Parquet."""
     parsed = transforms.parse_lines(lines).persist(StorageLevel.MEMORY_AND_DISK)
     try:
@@ -100,8 +100,7 @@ def write_tables(spark: SparkSession, lines: DataFrame, output: Path) -> None:
         parsed.unpersist()
 
 
-def _collect(spark: SparkSession, output: Path, name: str) -> Rows:
-    df = spark.read.parquet(str(output / name))
+def _rows(df: DataFrame) -> Rows:
     if "bucket_start" in df.columns:  # epoch seconds: no time zone in the report's hands
         df = df.withColumn("t", F.col("bucket_start").cast("double"))
     return [row.asDict() for row in df.collect()]
@@ -110,23 +109,39 @@ def _collect(spark: SparkSession, output: Path, name: str) -> Rows:
 def report(
     spark: SparkSession, inputs: Sequence[str], output: Path, files: int, command: str = ""
 ) -> Path:
-    """Render ``report.md`` and the plots from the written tables; return the report path."""
-    got = {name: _collect(spark, output, name) for name in TABLE_ORDER}
-    histogram = got["latency_histogram"]
+    """Render ``report.md`` and the plots from the written tables; return the report path.
+
+    Only small results reach the driver: the throughput tables are summarised and
+    re-bucketed (at most ``plots.MAX_POINTS`` points per line) in Spark first.
+    """
+
+    def table(name: str) -> DataFrame:
+        return spark.read.parquet(str(output / name))
+
+    per_second = table("throughput_per_second")
+    bounds = per_second.agg(
+        F.min("bucket_start").cast("double"), F.max("bucket_start").cast("double")
+    ).first()
+    span = (bounds[0], bounds[1]) if bounds is not None and bounds[0] is not None else None
+    width = plots.bucket_width(span)
+    histogram = _rows(table("latency_histogram"))
+    wasted = _rows(table("wasted_wakeups"))
     plots.latency_cdf(histogram, output / PLOTS["Latency CDF per wake mode"],
                       transforms.MIN_LATENCY_MS)  # fmt: skip
-    plots.throughput_over_time(got["throughput_per_second"], output / PLOTS["Throughput over time"])
-    plots.wasted_wakeups(got["wasted_wakeups"], output / PLOTS["Wasted wake-ups by wake mode"])
+    series = _rows(transforms.rebucket(per_second, width))
+    plots.throughput_over_time(series, width, output / PLOTS["Throughput over time"])
+    plots.wasted_wakeups(wasted, output / PLOTS["Wasted wake-ups by wake mode"])
+    summary = transforms.throughput_summary(per_second, table("throughput_per_minute"))
     data = ReportData(
         inputs=inputs,
         files=files,
         events=sum(r["events"] for r in histogram),
-        bad_lines={r["reason"]: r["lines"] for r in got["bad_lines"]},
-        percentiles=got["latency_percentiles"],
-        retry_delay=got["retry_delay"],
-        wasted=got["wasted_wakeups"],
-        per_second=got["throughput_per_second"],
-        per_minute=got["throughput_per_minute"],
+        bad_lines={r["reason"]: r["lines"] for r in _rows(table("bad_lines"))},
+        percentiles=_rows(table("latency_percentiles")),
+        retry_delay=_rows(table("retry_delay")),
+        wasted=wasted,
+        throughput=_rows(summary),
+        span=span,
         plots=PLOTS,
         command=command,
     )
@@ -147,7 +162,7 @@ def run(
     lines = read_lines(spark, inputs, glob)
     files = len(lines.inputFiles())
     output.mkdir(parents=True, exist_ok=True)
-    write_tables(spark, lines, output)
+    write_tables(lines, output)
     return report(spark, inputs, output, files, command)
 
 

@@ -19,7 +19,7 @@ from matplotlib.ticker import NullFormatter
 
 from analytics.report import Rows, kind_order, mode_order
 
-#: At most this many points per throughput line; longer spans are re-bucketed.
+#: At most about this many points per throughput line; longer spans get wider buckets.
 MAX_POINTS = 2_000
 DPI = 110
 
@@ -75,36 +75,37 @@ def latency_cdf(histogram: Rows, path: Path, min_ms: float) -> None:
     _save(fig, path)
 
 
-def _rebucket(points: dict[float, int], width_s: float) -> dict[float, int]:
-    out: dict[float, int] = defaultdict(int)
-    for t, n in points.items():
-        out[math.floor(t / width_s) * width_s] += n
-    return out
+def bucket_width(span: tuple[float, float] | None) -> int:
+    """Seconds per point of the throughput plot: 1, or more when the span (first and last
+    bucket start, epoch seconds) would need over :data:`MAX_POINTS` points."""
+    if span is None:
+        return 1
+    return max(1, math.ceil((span[1] - span[0] + 1) / MAX_POINTS))
 
 
-def throughput_over_time(per_second: Rows, path: Path) -> None:
-    """Events per second over time, one line per wake mode (all kinds summed); seconds
-    without events are drawn as 0. Long spans are re-bucketed to at most
-    :data:`MAX_POINTS` points (the y-axis stays events per second)."""
-    by_mode: dict[str, dict[float, int]] = defaultdict(lambda: defaultdict(int))
-    for r in per_second:
-        by_mode[r["wake_mode"]][r["t"]] += r["events"]
+def throughput_over_time(series: Rows, width_s: int, path: Path) -> None:
+    """Events per second over time, one line per wake mode (all kinds summed).
+
+    ``series`` rows are ``t`` (bucket start, epoch s), ``wake_mode``, ``events`` per
+    ``width_s`` seconds (``transforms.rebucket``). Buckets without events are drawn as 0 within
+    each mode's own span: brokers of different modes may have run one after the other (as in
+    the seed experiment).
+    """
+    by_mode: dict[str, dict[float, int]] = defaultdict(dict)
+    for r in series:
+        by_mode[r["wake_mode"]][r["t"]] = r["events"]
     fig = Figure(figsize=(9, 4.2), layout="constrained")
     ax = fig.subplots()
-    starts = [t for points in by_mode.values() for t in points]
-    if starts:
-        t0, t1 = min(starts), max(starts)
-        width = max(1.0, math.ceil((t1 - t0) / MAX_POINTS))
+    if by_mode:
+        t0 = min(t for points in by_mode.values() for t in points)
         for mode in sorted(by_mode, key=mode_order):
-            points = _rebucket(by_mode[mode], width)
-            # Zeros only inside this mode's own span: brokers of different modes may have
-            # run one after the other (as in the seed experiment).
+            points = by_mode[mode]
             first, last = min(points), max(points)
-            grid = [first + i * width for i in range(int((last - first) // width) + 1)]
-            rates = [points.get(t, 0) / width for t in grid]
+            grid = [first + i * width_s for i in range(int((last - first) // width_s) + 1)]
+            rates = [points.get(t, 0) / width_s for t in grid]
             ax.plot([t - t0 for t in grid], rates, linewidth=1, label=mode)
         ax.legend(title="wake mode")
-        ax.set_title(f"Throughput over time (all event kinds, {width:g} s buckets)")
+        ax.set_title(f"Throughput over time (all event kinds, {width_s} s buckets)")
     else:
         _empty(ax, "no events")
         ax.set_title("Throughput over time")

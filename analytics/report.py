@@ -29,9 +29,10 @@ class ReportData:
     percentiles: Rows
     retry_delay: Rows
     wasted: Rows
-    #: Throughput rows, with ``t`` = the bucket's start in epoch seconds.
-    per_second: Rows
-    per_minute: Rows
+    #: ``transforms.throughput_summary`` rows.
+    throughput: Rows
+    #: First and last per-second bucket start (epoch seconds); None without events.
+    span: tuple[float, float] | None
     #: Plot file names relative to the report's directory, by title.
     plots: Mapping[str, str] = field(default_factory=dict)
     command: str = ""
@@ -139,23 +140,13 @@ def wasted_section(rows: Rows) -> list[str]:
     ]
 
 
-def throughput_section(per_second: Rows, per_minute: Rows) -> list[str]:
+def throughput_section(summary: Rows) -> list[str]:
     """Per kind × wake mode: events, busy seconds, mean rate over them, peaks."""
-    stats: dict[tuple[str, str], dict[str, float]] = {}
-    for r in per_second:
-        s = stats.setdefault((r["kind"], r["wake_mode"]), {"events": 0, "busy": 0, "peak_s": 0,
-                                                           "peak_min": 0})  # fmt: skip
-        s["events"] += r["events"]
-        s["busy"] += 1
-        s["peak_s"] = max(s["peak_s"], r["events"])
-    for r in per_minute:
-        s = stats[(r["kind"], r["wake_mode"])]
-        s["peak_min"] = max(s["peak_min"], r["events"])
-    ordered = sorted(stats.items(), key=lambda kv: (kind_order(kv[0][0]), mode_order(kv[0][1])))
+    ordered = sorted(summary, key=lambda r: (kind_order(r["kind"]), mode_order(r["wake_mode"])))
     body = (
-        [kind, mode, f"{s['events']:.0f}", f"{s['busy']:.0f}", f"{s['events'] / s['busy']:.1f}",
-         f"{s['peak_s']:.0f}", f"{s['peak_min']:.0f}"]
-        for (kind, mode), s in ordered
+        [r["kind"], r["wake_mode"], str(r["events"]), str(r["busy_seconds"]),
+         f"{r['mean_per_busy_s']:.1f}", str(r["peak_per_s"]), str(r["peak_per_min"])]
+        for r in ordered
     )  # fmt: skip
     head = ("kind", "wake mode", "events", "busy seconds", "mean events/s (busy seconds)",
             "peak events/s", "peak events/min")  # fmt: skip
@@ -170,15 +161,14 @@ def throughput_section(per_second: Rows, per_minute: Rows) -> list[str]:
     ]
 
 
-def _span(per_second: Rows) -> str:
-    if not per_second:
+def _span(span: tuple[float, float] | None) -> str:
+    if span is None:
         return "no events"
-    starts = [r["t"] for r in per_second]  # bucket starts, epoch seconds
 
     def utc(t: float) -> str:
         return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
-    return f"{utc(min(starts))} to {utc(max(starts) + 1)} UTC"
+    return f"{utc(span[0])} to {utc(span[1] + 1)} UTC"
 
 
 def render(data: ReportData) -> str:
@@ -190,7 +180,7 @@ def render(data: ReportData) -> str:
         "",
         f"- Input: {', '.join(f'`{i}`' for i in data.inputs)} — {data.files} event files",
         f"- Lines: {data.events + bad}; valid events: {data.events}; bad lines: {bad} ({reasons})",
-        f"- Time span: {_span(data.per_second)}",
+        f"- Time span: {_span(data.span)}",
     ]
     if data.command:
         lines.append(f"- Command: `{data.command}`")
@@ -199,7 +189,7 @@ def render(data: ReportData) -> str:
         retry_section(data.retry_delay),
         wasted_section(data.wasted),
         percentile_section(data.percentiles),
-        throughput_section(data.per_second, data.per_minute),
+        throughput_section(data.throughput),
     ):
         lines += [*section, ""]
     if data.plots:

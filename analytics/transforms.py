@@ -190,6 +190,31 @@ def throughput(events: DataFrame, seconds: int) -> DataFrame:
     )
 
 
+def throughput_summary(per_second: DataFrame, per_minute: DataFrame) -> DataFrame:
+    """Per ``kind, wake_mode`` from the two :func:`throughput` tables: ``events``,
+    ``busy_seconds`` (seconds with at least one event), ``mean_per_busy_s``, ``peak_per_s``,
+    ``peak_per_min``."""
+    seconds = per_second.groupBy("kind", "wake_mode").agg(
+        F.sum("events").alias("events"),
+        F.count(F.lit(1)).alias("busy_seconds"),
+        F.max("events").alias("peak_per_s"),
+    )
+    minutes = per_minute.groupBy("kind", "wake_mode").agg(F.max("events").alias("peak_per_min"))
+    return seconds.join(minutes, ["kind", "wake_mode"]).withColumn(
+        "mean_per_busy_s", F.col("events") / F.col("busy_seconds")
+    )
+
+
+def rebucket(per_second: DataFrame, width_s: int) -> DataFrame:
+    """All kinds of a :func:`throughput` per-second table summed per ``wake_mode`` into
+    ``width_s``-second buckets: ``bucket_start``, ``wake_mode``, ``events`` (a plot's series:
+    a week of seconds would be too many points to draw, or to collect)."""
+    start = F.floor(F.unix_seconds(F.col("bucket_start")) / width_s) * width_s
+    return per_second.groupBy(F.timestamp_seconds(start).alias("bucket_start"), "wake_mode").agg(
+        F.sum("events").alias("events")
+    )
+
+
 def latency_histogram(events: DataFrame) -> DataFrame:
     """Counts per ``kind, wake_mode`` and log-spaced latency bin: ``bin``, ``upper_ms``
     (values in (previous upper, upper_ms]; at most :data:`MIN_LATENCY_MS` go to the first),

@@ -130,7 +130,7 @@ def run_once(spark: SparkSession, events: Path, out: Path) -> tuple[float, float
     started = time.perf_counter()
     lines = job.read_lines(spark, [str(events)])
     files = len(lines.inputFiles())
-    job.write_tables(spark, lines, out)
+    job.write_tables(lines, out)
     tables = time.perf_counter() - started
     job.report(spark, [str(events)], out, files)
     return tables, time.perf_counter() - started - tables

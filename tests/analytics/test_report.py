@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from analytics.plots import MAX_POINTS, bucket_width
 from analytics.report import ReportData, fmt_ms, render
 
 
@@ -14,8 +15,15 @@ def test_fmt_ms_precision_follows_size() -> None:
 def test_empty_input_renders_without_tables_failing() -> None:
     data = ReportData(
         inputs=["d"], files=0, events=0, bad_lines={}, percentiles=[], retry_delay=[],
-        wasted=[], per_second=[], per_minute=[],
+        wasted=[], throughput=[], span=None,
     )  # fmt: skip
     text = render(data)
     assert "Lines: 0; valid events: 0; bad lines: 0 (none)" in text
     assert "Time span: no events" in text
+
+
+def test_throughput_plot_buckets_widen_for_long_spans() -> None:
+    assert bucket_width(None) == 1
+    assert bucket_width((1000.0, 1000.0 + MAX_POINTS - 1)) == 1
+    assert bucket_width((1000.0, 1000.0 + MAX_POINTS)) == 2
+    assert bucket_width((0.0, 7 * 86400.0)) == 303  # a week: 303 s per point

@@ -95,6 +95,27 @@ def test_throughput_buckets_per_second_and_minute(events: DataFrame) -> None:
     assert rate.first()["events_per_s"] == pytest.approx(10 / 60)  # type: ignore[index]
 
 
+def test_throughput_summary_and_plot_series(events: DataFrame) -> None:
+    per_second = transforms.throughput(events, 1)
+    per_minute = transforms.throughput(events, 60)
+    summary = rows(transforms.throughput_summary(per_second, per_minute), "kind", "wake_mode")
+    fast = summary[("redeliver", "targeted")]
+    assert [fast[k] for k in ("events", "busy_seconds", "peak_per_s", "peak_per_min")] == [
+        1000, 10, 100, 1000,
+    ]  # fmt: skip
+    assert fast["mean_per_busy_s"] == 100.0
+    assert summary[("wakeup", "topic")]["peak_per_min"] == 12
+    series = transforms.rebucket(per_second, 60).selectExpr(
+        "cast(bucket_start as double) as t", "wake_mode", "events"
+    )
+    assert {(r["t"] - T0_MS / 1000, r["wake_mode"]): r["events"] for r in series.collect()} == {
+        (0.0, "targeted"): 1000,
+        (60.0, "none"): 10,
+        (120.0, "topic"): 12,
+        (120.0, "targeted"): 5 + 3 + 2,
+    }
+
+
 def test_latency_histogram_bins_are_log_spaced_and_clamped(events: DataFrame) -> None:
     hist = transforms.latency_histogram(events).filter("kind = 'store'").collect()
     bins = {r["bin"]: (r["upper_ms"], r["events"]) for r in hist}
