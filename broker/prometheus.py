@@ -20,15 +20,19 @@ rest share ``topic="_other", group="_other"``.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from broker.logs import get_logger
 from broker.metrics import FIELD_NAMES, MetricsStats, MetricsWriter
@@ -47,6 +51,7 @@ BUCKETS_S: tuple[float, ...] = (
 #: How long stopping the HTTP server may take (its serve loop polls every 0.5 s).
 STOP_TIMEOUT_S = 3.0
 LABELS = ("kind", "wake_mode", "topic", "group")
+_LE = [*map(floatToGoString, BUCKETS_S), "+Inf"]
 
 _KIND, _TOPIC, _GROUP, _LATENCY, _MODE, _FOUND = (
     FIELD_NAMES.index(name)
@@ -73,11 +78,29 @@ class _WriterStats(Collector):
         )
 
 
-class EventExporter:
-    """Counters and histograms of latency events, in a registry of their own.
+class _Series:
+    """One label set's counts; ``buckets[i]`` counts values in (BUCKETS_S[i-1], BUCKETS_S[i]]
+    (not cumulative: that is done at scrape time), the last one those above every bound."""
 
-    :meth:`observe` runs in the metrics writer's flush thread (one at a time: the writer
-    holds its lock), never on the trio thread.
+    __slots__ = ("buckets", "count", "sum_s", "wasted")
+
+    def __init__(self) -> None:
+        self.buckets = [0] * (len(BUCKETS_S) + 1)
+        self.count = 0
+        self.sum_s = 0.0
+        self.wasted = 0
+
+
+class EventExporter(Collector):
+    """Counters and a histogram of latency events, in a registry of their own.
+
+    A collector of its own rather than prometheus-client's ``Counter``/``Histogram``: those
+    take a lock and walk every bucket per observation (measured 2.3 µs an event, against the
+    writer's own ~4 µs to encode and write it, all under the GIL the trio thread needs); here
+    an event is a dict lookup, a bisect and three additions (0.5 µs), and the cumulative
+    buckets are built when scraped (1.5 ms for 100 series). :meth:`observe` runs in the
+    metrics writer's flush thread, :meth:`collect` in the HTTP server's; a lock keeps a
+    scrape from seeing half a batch.
     """
 
     def __init__(
@@ -89,27 +112,12 @@ class EventExporter:
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.max_series = max_series
-        self.events = Counter(
-            "trimq_events", "Latency events recorded, by kind.", LABELS, registry=self.registry
-        )
-        self.latency = Histogram(
-            "trimq_event_latency_seconds",
-            "The span each event kind measures (DESIGN.md §8), in seconds.",
-            LABELS,
-            buckets=BUCKETS_S,
-            registry=self.registry,
-        )
-        self.wasted = Counter(
-            "trimq_wasted_wakeups",
-            "Parked pops woken that found nothing (wakeup events with found=false).",
-            ("wake_mode", "topic", "group"),
-            registry=self.registry,
-        )
+        self._series: dict[tuple[str, str, str, str], _Series] = {}
+        self._pairs: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self.registry.register(self)
         if writer_stats is not None:
             self.registry.register(_WriterStats(writer_stats))
-        self._pairs: set[tuple[str, str]] = set()
-        # Label lookups cost more than the increments: children are cached per label tuple.
-        self._children: dict[tuple[str, ...], tuple[Any, Any]] = {}
 
     def _where(self, topic: str, group: str | None) -> tuple[str, str]:
         pair = (topic, group or "")
@@ -122,17 +130,48 @@ class EventExporter:
 
     def observe(self, rows: Sequence[tuple[Any, ...]]) -> None:
         """Count a batch of event rows (``broker.metrics.FIELDS`` order)."""
-        for row in rows:
-            topic, group = self._where(row[_TOPIC], row[_GROUP])
-            key = (str(row[_KIND]), str(row[_MODE]), topic, group)
-            children = self._children.get(key)
-            if children is None:
-                children = (self.events.labels(*key), self.latency.labels(*key))
-                self._children[key] = children
-            children[0].inc()
-            children[1].observe(row[_LATENCY] / 1000.0)
-            if row[_KIND] == "wakeup" and row[_FOUND] is False:
-                self.wasted.labels(key[1], topic, group).inc()
+        with self._lock:
+            for row in rows:
+                topic, group = self._where(row[_TOPIC], row[_GROUP])
+                key = (str(row[_KIND]), str(row[_MODE]), topic, group)
+                series = self._series.get(key)
+                if series is None:
+                    series = self._series[key] = _Series()
+                seconds = row[_LATENCY] / 1000.0
+                if not math.isfinite(seconds):  # the writer drops such rows too
+                    continue
+                series.buckets[bisect.bisect_left(BUCKETS_S, seconds)] += 1
+                series.count += 1
+                series.sum_s += seconds
+                if row[_FOUND] is False and row[_KIND] == "wakeup":
+                    series.wasted += 1
+
+    def collect(self) -> Iterator[Metric]:
+        """The families at scrape time (prometheus-client's ``Collector`` interface)."""
+        events = CounterMetricFamily(
+            "trimq_events", "Latency events recorded, by kind.", labels=LABELS
+        )
+        latency = HistogramMetricFamily(
+            "trimq_event_latency_seconds",
+            "The span each event kind measures (DESIGN.md §8), in seconds.",
+            labels=LABELS,
+        )
+        wasted = CounterMetricFamily(
+            "trimq_wasted_wakeups",
+            "Parked pops woken that found nothing (wakeup events with found=false).",
+            labels=("wake_mode", "topic", "group"),
+        )
+        with self._lock:
+            for key, s in self._series.items():
+                events.add_metric(key, s.count)
+                cumulative = list(itertools.accumulate(s.buckets))
+                buckets = [(_LE[i], float(n)) for i, n in enumerate(cumulative)]
+                latency.add_metric(key, buckets, s.sum_s)
+                if key[0] == "wakeup" and s.wasted:
+                    wasted.add_metric(key[1:], s.wasted)
+        yield events
+        yield latency
+        yield wasted
 
 
 @asynccontextmanager

@@ -38,6 +38,7 @@ def test_rows_become_counters_histograms_and_wasted_wakeups(tmp_path: Path) -> N
     for latency_ms, found in ((0.3, True), (1.5, False), (40.0, False)):
         writer.emit(EventKind.WAKEUP, topic="T", group="g", latency_ms=latency_ms, found=found)
     writer.emit(EventKind.ACK, topic="T", group="g", latency_ms=2000.0, queue=1)
+    writer.emit(EventKind.ACK, topic="T", group="g", latency_ms=90_000.0, queue=1)
     assert sample(exporter.registry, "trimq_events_total", kind="wakeup") is None  # not flushed
     writer.flush_nowait()
     reg = exporter.registry
@@ -49,8 +50,11 @@ def test_rows_become_counters_histograms_and_wasted_wakeups(tmp_path: Path) -> N
     assert sample(reg, "trimq_event_latency_seconds_bucket", **wake, le="0.002") == 2
     assert sample(reg, "trimq_event_latency_seconds_bucket", **wake, le="0.05") == 3
     assert sample(reg, "trimq_wasted_wakeups_total", wake_mode="topic", topic="T", group="g") == 2
-    acked = {**wake, "kind": "ack"}
-    assert sample(reg, "trimq_event_latency_seconds_sum", **acked) == pytest.approx(2.0)
+    acked = {**wake, "kind": "ack"}  # 2 s sits in the le="2.0" bucket (bounds are inclusive)
+    assert sample(reg, "trimq_event_latency_seconds_sum", **acked) == pytest.approx(92.0)
+    assert sample(reg, "trimq_event_latency_seconds_bucket", **acked, le="2.0") == 1
+    assert sample(reg, "trimq_event_latency_seconds_bucket", **acked, le="60.0") == 1
+    assert sample(reg, "trimq_event_latency_seconds_bucket", **acked, le="+Inf") == 2
     assert sample(reg, "trimq_metrics_events_written_total") == 7
     assert sample(reg, "trimq_metrics_events_dropped_total") == 2
 
