@@ -32,7 +32,7 @@ from analytics.schema import (
 
 #: Why a line was rejected, in the order the checks apply (the first that fails names it).
 BAD_REASONS: tuple[str, ...] = (
-    "not_json",  # not a JSON object at all (torn last line, garbage)
+    "not_json",  # not one JSON object (torn last line, garbage, two run together)
     "wrong_version",  # a ``v`` other than SCHEMA_VERSION: another schema, not ours to guess
     "wrong_type",  # a field of the wrong JSON type, or a non-finite number
     "missing_field",  # a non-nullable field absent or null
@@ -71,11 +71,17 @@ def _finite(col: Column) -> Column:
 
 
 def _bad_reason() -> Column:
+    line = F.col("_line")
     corrupt = F.col(_CORRUPT).isNotNull()
+    # from_json reads the first JSON value and ignores what follows it, so two records run
+    # together, or a record with trailing text, would pass as one: rejected here, as Python's
+    # json.loads (the broker's own reader) rejects them. ("}{" inside a string value would be
+    # a false alarm; the broker's names never hold braces.)
+    trailing = ~F.rtrim(line).endswith("}") | line.contains("}{")
     version = F.col("v")
     wrong_type = (
         corrupt
-        | F.col("_line").rlike(_MISTYPED_STRING)
+        | line.rlike(_MISTYPED_STRING)
         | ~_finite(F.col("ts_ms"))
         | ~_finite(F.col("latency_ms"))
     )
@@ -84,7 +90,7 @@ def _bad_reason() -> Column:
         missing = missing | F.col(name).isNull()
     return (
         # json_object_keys re-parses, but only the rare corrupt lines reach it.
-        F.when(corrupt & F.json_object_keys(F.col("_line")).isNull(), "not_json")
+        F.when((corrupt & F.json_object_keys(line).isNull()) | trailing, "not_json")
         .when(version.isNotNull() & (version != SCHEMA_VERSION), "wrong_version")
         .when(wrong_type, "wrong_type")
         .when(missing, "missing_field")

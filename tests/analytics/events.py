@@ -59,7 +59,8 @@ def _without(name: str) -> str:
 
 #: Bad lines by the reason the job must give; a blank line is skipped, not counted.
 BAD_LINES: dict[str, list[str]] = {
-    "not_json": ["garbage", '{"v":1,"ts_ms":17000'],  # the second: a torn last line
+    # garbage, a torn last line, two records run together, a record with trailing text
+    "not_json": ["garbage", '{"v":1,"ts_ms":17000', _line() + _line(), _line() + " x"],
     "wrong_type": [
         _line(latency_ms="5"),
         _line(topic=5),

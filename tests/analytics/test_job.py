@@ -32,7 +32,7 @@ def test_job_writes_tables_report_and_plots(spark: SparkSession, tmp_path: Path)
     bad = sum(BAD_COUNTS.values())
     assert "2 event files" in text  # notes.txt and other.jsonl are not event files
     assert f"Lines: {1032 + bad}; valid events: 1032; bad lines: {bad}" in text
-    assert "missing_field 2, not_json 2, unknown_kind 1, wrong_type 5, wrong_version 1" in text
+    assert "missing_field 2, not_json 4, unknown_kind 1, wrong_type 5, wrong_version 1" in text
     assert "| redeliver | targeted | 1000 | 500 | 900 | 990 | 999 | 1000 | 500 |" in text
     assert "| redeliver | none | 10 | 13005 | 13009 | 13010 | 13010 | 13010 | 13006 |" in text
     assert "| topic | other | 8 | 8 | 100.0% |" in text
