@@ -183,6 +183,7 @@ class MetricsWriter:
         #: Called with each batch as it is written, in the writer's thread and under its lock
         #: (``broker.prometheus`` counts the rows there, off the request path).
         self.observers: list[Callable[[list[_Row]], None]] = []
+        self._observer_errors = 0
 
     @property
     def enabled(self) -> bool:
@@ -270,7 +271,10 @@ class MetricsWriter:
             try:
                 observe(batch)
             except Exception as exc:  # an observer's bug must not stop the event files
-                _log.warning("metrics observer failed", error=repr(exc))
+                self._observer_errors += 1
+                n = self._observer_errors
+                if n & (n - 1) == 0:  # the 1st, 2nd, 4th, 8th ... time: no flood every flush
+                    _log.warning("metrics observer failed", error=repr(exc), errors=n)
 
     def _by_hour(self, batch: list[_Row]) -> dict[int, list[str]]:
         """Serialize, grouped by the UTC hour of each event; an unserializable event is dropped."""

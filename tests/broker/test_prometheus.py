@@ -11,6 +11,7 @@ import pytest
 import trio
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+from structlog.testing import capture_logs
 
 from broker.config import BrokerConfig, ConfigError, from_sources, load
 from broker.metrics import EventKind, MetricsStats, MetricsWriter
@@ -82,8 +83,12 @@ def test_a_failing_observer_does_not_stop_the_event_files(tmp_path: Path) -> Non
         raise RuntimeError("bug")
 
     writer.observers.append(broken)
-    writer.emit(EventKind.ACK, topic="T", latency_ms=1.0)
-    assert writer.flush_nowait() == 1
+    with capture_logs() as logs:
+        for _ in range(3):
+            writer.emit(EventKind.ACK, topic="T", latency_ms=1.0)
+            assert writer.flush_nowait() == 1
+    # Logged the 1st and 2nd time, not the 3rd (then the 4th, 8th ...): no flood per flush.
+    assert [e["errors"] for e in logs if e["event"] == "metrics observer failed"] == [1, 2]
 
 
 def test_prometheus_port_setting(tmp_path: Path) -> None:
