@@ -3,20 +3,25 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Latency events the analytics job reads (benchmarks/seed_experiment.py writes them here by
+# default) and where its Parquet tables, report.md and plots go.
+EVENTS ?= data/seed-events
+ANALYTICS_OUT ?= reports/analytics
 
-.PHONY: test lint typecheck imports unit run bench demo clean help
+.PHONY: test lint typecheck imports unit run bench demo analyze clean help
 
 help:
 	@echo "make run    start the broker with embedded defaults (data in ./data)"
 	@echo "make test   create .venv, install, run ruff, mypy --strict, import-linter, pytest"
 	@echo "make bench  run the benchmarks in benchmarks/"
 	@echo "make demo   name server + two brokers + demo clients as local processes, then analytics"
+	@echo "make analyze  PySpark job over EVENTS=$(EVENTS) -> $(ANALYTICS_OUT)/report.md"
 
 # The venv is rebuilt whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[test,bench,analytics]'
 	touch $(STAMP)
 
 # Debian's docker-compose validates docker/compose.yaml in the tests (no engine needed).
@@ -53,6 +58,10 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.bench_protocol
 	$(BIN)/python -m benchmarks.bench_store
+
+# Run benchmarks/seed_experiment.py first (it fills $(EVENTS)); the job prints the report path.
+analyze: $(STAMP)
+	$(BIN)/python -m analytics --input $(EVENTS) --output $(ANALYTICS_OUT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .interop

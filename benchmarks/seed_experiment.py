@@ -38,6 +38,11 @@ Everything binds to 127.0.0.1; every wait is bounded. Usage::
         [--variant idle,producer] [--retry-naming v2,v1] [--repeat 1] [--json out.json]
         [--quick]
 
+Each run's latency events are copied to ``--events-dir``/<run tag>/ (default
+:data:`DEFAULT_EVENTS_DIR`, ``--events-dir ''`` keeps none), where ``make analyze`` (the
+PySpark job, ``analytics/``) reads them. The events carry the wake mode but not the retry
+naming or the variant, so pick one naming and one variant for a run meant for the job.
+
 With ``--repeat`` the whole matrix runs that often; the table pools the samples of a
 configuration (p50 / p99 / max over all of them) and lists each run's p50 beside.
 """
@@ -70,6 +75,10 @@ from tests.broker.client import BrokerClient, open_client, open_client_of
 from tests.broker.pop_client import Popped, ack, pop
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Where each run's metrics dir is copied (``make analyze`` reads it, ``EVENTS=`` overrides).
+DEFAULT_EVENTS_DIR = ROOT / "data" / "seed-events"
+#: A file in an events dir that says it is ours to clear at the next run.
+EVENTS_MARKER = ".seed-events"
 TOPIC = "SeedTopic"
 QUEUES = 4
 FAILING_GROUP = "seed_failing_group"
@@ -631,6 +640,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--repeat", type=int, default=1, help="run the whole matrix this often")
     ap.add_argument("--json", type=Path, help="also write every sample and count here")
     ap.add_argument("--keep", action="store_true", help="keep the brokers' data dirs")
+    ap.add_argument("--events-dir", default=str(DEFAULT_EVENTS_DIR),
+                    help="copy each run's metrics dir here, replacing the last experiment's "
+                         "('' = do not keep)")  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="a smoke run (small, 3 s polls)")
     ap.add_argument("-v", "--verbose", action="store_true")
     return ap
@@ -655,8 +667,24 @@ def params_from(args: argparse.Namespace) -> Params:
     return p
 
 
+def prepare_events_dir(text: str) -> Path | None:
+    """The events dir, emptied of the last experiment's runs (None when not wanted). A
+    non-empty directory without our marker is refused rather than cleared."""
+    if not text:
+        return None
+    events = Path(text)
+    if events.exists() and any(events.iterdir()):
+        if not (events / EVENTS_MARKER).exists():
+            raise SystemExit(f"--events-dir {events}: not empty and not a seed events dir")
+        shutil.rmtree(events)
+    events.mkdir(parents=True)
+    (events / EVENTS_MARKER).write_text("metrics dirs of benchmarks.seed_experiment runs\n")
+    return events
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    events_dir = prepare_events_dir(args.events_dir)
     p = params_from(args)
     modes = parse_list(args.modes, MODES, "modes")
     variants = parse_list(args.variant, VARIANTS, "variant")
@@ -690,6 +718,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"wasted wake-ups {result.broker.wasted}, load {result.load:.2f}",
                     flush=True,
                 )
+                if events_dir is not None and proc.metrics_dir.is_dir():
+                    shutil.copytree(proc.metrics_dir, events_dir / tag)
                 if not args.keep:
                     shutil.rmtree(proc.data_dir, ignore_errors=True)
                     proc.log_path.unlink(missing_ok=True)
@@ -698,6 +728,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
         else:
             print(f"broker data kept in {work}")
+    if events_dir is not None:
+        print(f"latency events in {events_dir} (make analyze EVENTS={events_dir})")
     print()
     print(table(results))
     print()

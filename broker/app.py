@@ -26,6 +26,7 @@ from broker.metrics import MetricsWriter
 from broker.pop.hub import PopHub, WakeMode
 from broker.pop.service import PopService
 from broker.registration import Registrar
+from broker.prometheus import open_prometheus
 from broker.schedule import SCHEDULE_TOPIC
 from broker.server import handle_connection
 from broker.storage import Storage, serve_storage
@@ -49,6 +50,8 @@ class BrokerHandle:
     _cancel: trio.CancelScope
     #: Keeps the broker registered with its name servers (None without ``namesrv_addr``).
     registrar: Registrar | None = None
+    #: Where Prometheus ``/metrics`` is served (None when ``prometheus_port`` is not set).
+    prometheus_port: int | None = None
 
     async def stop(self) -> None:
         """Graceful stop: leave the name servers' routes, answer parked polls, drain, then
@@ -121,8 +124,9 @@ async def serve_broker(
         storage.before_checkpoint.append(ctx.pop.before_checkpoint)
         deadlines.add(ctx.timers)
         deadlines.add(ctx.pop.revive)
+        prometheus = open_prometheus(config.host, config.prometheus_port, ctx.metrics)
         with trio.CancelScope() as scope:
-            async with trio.open_nursery() as nursery:
+            async with prometheus as prometheus_port, trio.open_nursery() as nursery:
                 nursery.start_soon(deadlines.run)
                 nursery.start_soon(ctx.metrics.run)
                 await nursery.start(
@@ -136,7 +140,9 @@ async def serve_broker(
                 _log.info("broker started", address=address, port=port,
                           data_dir=str(config.data_dir), flush=config.flush,
                           namesrv_addr=config.namesrv_addr)  # fmt: skip
-                task_status.started(BrokerHandle(port, address, ctx, scope, registrar))
+                task_status.started(
+                    BrokerHandle(port, address, ctx, scope, registrar, prometheus_port)
+                )
         hub.wake_all()
         pop_hub.wake_all()
         outer.cancel_scope.cancel()  # serve_storage flushes, snapshots pop state, closes

@@ -41,6 +41,9 @@ class BrokerConfig:
     retry_naming: str = "v2"
     flush: str = "async"
     metrics_dir: Path | None = None
+    #: Serve Prometheus ``/metrics`` on this port of ``host`` (0 = any free port, logged);
+    #: None = off. (RocketMQ's exporter is off by default too; its port is 5557.)
+    prometheus_port: int | None = None
     #: Queues of a topic created on first send or by default (RocketMQ: defaultTopicQueueNums).
     default_queue_nums: int = 4
     auto_create_topic: bool = True
@@ -72,6 +75,8 @@ class BrokerConfig:
         for name in ("register_interval_s", "register_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
+        if self.prometheus_port is not None and not 0 <= self.prometheus_port <= 65535:
+            raise ConfigError(f"prometheus_port {self.prometheus_port} is outside 0..65535")
         self.namesrv_addrs()
 
     def namesrv_addrs(self) -> list[str]:
@@ -118,7 +123,7 @@ def _convert(name: str, kind: Any, raw: object) -> object:
         return None
     text = str(raw)
     try:
-        if kind in (int, "int"):
+        if kind in (int, "int", "int | None"):
             return int(text)
         if kind in (float, "float"):
             return float(text)
@@ -215,6 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="bound on one registration with one name server (default 6)",
     )
+    p.add_argument("--prometheus-port", type=int, help="serve /metrics here (0 = any free port)")
     p.add_argument("--config", help="broker.toml with the same settings")
     return p
 

@@ -180,6 +180,10 @@ class MetricsWriter:
         self._write_errors = 0
         self._last_log = -_LOG_EVERY_S
         self._unlogged = 0
+        #: Called with each batch as it is written, in the writer's thread and under its lock
+        #: (``broker.prometheus`` counts the rows there, off the request path).
+        self.observers: list[Callable[[list[_Row]], None]] = []
+        self._observer_errors = 0
 
     @property
     def enabled(self) -> bool:
@@ -259,7 +263,18 @@ class MetricsWriter:
                 lost = sum(map(len, groups.values())) - (self._written - before)
                 self._dropped_write += lost
                 self._log_error(exc, lost)
+            self._notify(batch)
             return self._written - before
+
+    def _notify(self, batch: list[_Row]) -> None:
+        for observe in tuple(self.observers):
+            try:
+                observe(batch)
+            except Exception as exc:  # an observer's bug must not stop the event files
+                self._observer_errors += 1
+                n = self._observer_errors
+                if n & (n - 1) == 0:  # the 1st, 2nd, 4th, 8th ... time: no flood every flush
+                    _log.warning("metrics observer failed", error=repr(exc), errors=n)
 
     def _by_hour(self, batch: list[_Row]) -> dict[int, list[str]]:
         """Serialize, grouped by the UTC hour of each event; an unserializable event is dropped."""
