@@ -25,8 +25,8 @@ from broker.longpoll import Arrivals, PullHub
 from broker.metrics import MetricsWriter
 from broker.pop.hub import PopHub, WakeMode
 from broker.pop.service import PopService
-from broker.registration import Registrar
 from broker.prometheus import open_prometheus
+from broker.registration import Registrar
 from broker.schedule import SCHEDULE_TOPIC
 from broker.server import handle_connection
 from broker.storage import Storage, serve_storage

@@ -127,7 +127,8 @@ async def push_consume(
     async with PushConsumer(
         config, group=group, subscription={topic: "*"}, listener=listener, mode="pop",
         invisible_duration=max(1.0, retry_seconds),
-        retry_backoff_initial=retry_seconds, retry_backoff_max=4 * retry_seconds, consume_from="first",
+        retry_backoff_initial=retry_seconds, retry_backoff_max=4 * retry_seconds,
+        consume_from="first",
     ):  # fmt: skip
         await anyio.sleep(seconds)
     summary(group=group, **stats)

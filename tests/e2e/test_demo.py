@@ -61,4 +61,7 @@ def test_images_are_plain_pip_installs() -> None:
     """The images install this project with pip, nothing else of ours."""
     for name in ("Dockerfile", "Dockerfile.analytics"):
         text = (ROOT / "docker" / name).read_text()
-        assert "pip install --no-cache-dir ." in text or "pip install --no-cache-dir '.[analytics]'" in text
+        assert (
+            "pip install --no-cache-dir ." in text
+            or "pip install --no-cache-dir '.[analytics]'" in text
+        )
