@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Final, Self
+from typing import Final
 
-from protocol.bodies._fields import Fields, JsonBody, as_text
+from protocol.bodies._fields import as_text
 from protocol.bodies._json import ROOT, dumps, loads_lenient
+from protocol.bodies.admin import KVTable as KVTable  # one definition, shared with admin
 from protocol.bodies.broker import (
     DataVersion,
     RegisterBrokerBody,
@@ -45,23 +44,6 @@ NAMESPACE_ORDER_TOPIC_CONFIG: Final = "ORDER_TOPIC_CONFIG"
 #: Default bound on an inflated registration body (16 MiB, the frame limit).
 MAX_INFLATED: Final = 16 * 1024 * 1024
 _INT = struct.Struct(">i")
-
-
-@dataclass(frozen=True, slots=True)
-class KVTable(JsonBody):
-    """A namespace of the name server's KV config: key to value."""
-
-    table: Mapping[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_obj(cls, obj: object, path: str = "") -> Self:
-        """Build from a parsed JSON object."""
-        f = Fields(obj, path)
-        return cls({key: as_text(value, at) for key, value, at in f.entries("table")})
-
-    def to_obj(self) -> dict[str, object]:
-        """The JSON object."""
-        return {"table": dict(self.table)}
 
 
 def body_crc32(data: bytes) -> int:
