@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 import anyio
 import trio
@@ -29,23 +29,27 @@ BACKENDS = ("trio", "asyncio")
 _START_TIMEOUT = 20.0
 
 
-class BrokerThread:
-    """A broker served by ``trio.run`` on a daemon thread (see module docstring)."""
+H = TypeVar("H", BrokerHandle, NamesrvHandle)
 
-    def __init__(self, data_dir: Path, **settings: Any) -> None:
-        self.config = BrokerConfig(
-            host="127.0.0.1", port=settings.pop("port", 0), data_dir=data_dir,
-            **{**TEST_SETTINGS, **settings},
-        )  # fmt: skip
-        self.handle: BrokerHandle | None = None
+
+class _ServerThread(Generic[H]):
+    """A trio server (``serve_*(config, task_status=)``) run by ``trio.run`` on a daemon
+    thread; stopped through its trio token."""
+
+    def __init__(self, serve: Callable[..., Awaitable[None]], config: Any, label: str) -> None:
+        self.config = config
+        self.handle: H | None = None
+        self._serve_fn = serve
+        self._label = label
         self._token: trio.lowlevel.TrioToken | None = None
+        self._cancel = trio.CancelScope()
         self._started = threading.Event()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._main, name="trimq-test-broker", daemon=True)
+        self._thread = threading.Thread(target=self._main, name=f"trimq-test-{label}", daemon=True)
 
     @property
     def address(self) -> str:
-        """``127.0.0.1:port`` of the running broker."""
+        """``127.0.0.1:port`` of the running server."""
         assert self.handle is not None
         return self.handle.address
 
@@ -55,32 +59,30 @@ class BrokerThread:
         assert self.handle is not None
         return self.handle.port
 
-    def start(self) -> BrokerThread:
-        """Start and wait until the broker accepts connections."""
+    def start(self) -> Self:
+        """Start and wait until the server accepts connections."""
         self._thread.start()
         if not self._started.wait(_START_TIMEOUT) or self.handle is None:
-            raise RuntimeError(f"broker did not start: {self._error!r}")
+            raise RuntimeError(f"{self._label} did not start: {self._error!r}")
         return self
 
     def stop(self) -> None:
-        """Stop gracefully (drain, flush, checkpoint) and join the thread."""
+        """Stop gracefully and join the thread."""
         if self._token is not None and self._thread.is_alive():
             with suppress(trio.RunFinishedError):
-                trio.from_thread.run(self._stop, trio_token=self._token)
+                trio.from_thread.run(self._graceful, trio_token=self._token)
         self._thread.join(_START_TIMEOUT)
 
     def kill(self) -> None:
-        """Stop abruptly: cancel the broker without draining (a crash as clients see it:
+        """Stop abruptly: cancel the server without draining (a crash as clients see it:
         connections reset, nothing answered)."""
         if self._token is not None and self._thread.is_alive():
             with suppress(trio.RunFinishedError):
                 trio.from_thread.run_sync(self._cancel.cancel, trio_token=self._token)
         self._thread.join(_START_TIMEOUT)
 
-    async def _stop(self) -> None:
-        assert self.handle is not None
-        with trio.move_on_after(10):
-            await self.handle.stop()
+    async def _graceful(self) -> None:
+        self._cancel.cancel()
 
     def _main(self) -> None:
         try:
@@ -91,10 +93,26 @@ class BrokerThread:
 
     async def _serve(self) -> None:
         self._token = trio.lowlevel.current_trio_token()
-        with trio.CancelScope() as self._cancel:
+        with self._cancel:
             async with trio.open_nursery() as nursery:
-                self.handle = await nursery.start(serve_broker, self.config)
+                self.handle = await nursery.start(self._serve_fn, self.config)
                 self._started.set()
+
+
+class BrokerThread(_ServerThread[BrokerHandle]):
+    """A broker on a thread (see module docstring); ``stop`` drains, flushes, checkpoints."""
+
+    def __init__(self, data_dir: Path, **settings: Any) -> None:
+        config = BrokerConfig(
+            host="127.0.0.1", port=settings.pop("port", 0), data_dir=data_dir,
+            **{**TEST_SETTINGS, **settings},
+        )  # fmt: skip
+        super().__init__(serve_broker, config, "broker")
+
+    async def _graceful(self) -> None:
+        assert self.handle is not None
+        with trio.move_on_after(10):
+            await self.handle.stop()
 
 
 @contextmanager
@@ -112,49 +130,12 @@ def run(backend: str, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     return anyio.run(fn, *args, backend=backend)
 
 
-class NamesrvThread:
-    """A name server served by ``trio.run`` on a daemon thread."""
+class NamesrvThread(_ServerThread[NamesrvHandle]):
+    """A name server on a thread (its routes are memory only: stopping is cancelling)."""
 
     def __init__(self, **settings: Any) -> None:
-        self.config = NamesrvConfig(host="127.0.0.1", port=settings.pop("port", 0), **settings)
-        self.handle: NamesrvHandle | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._started = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._main, name="trimq-test-namesrv", daemon=True)
-
-    @property
-    def address(self) -> str:
-        """``127.0.0.1:port`` of the running name server."""
-        assert self.handle is not None
-        return self.handle.address
-
-    def start(self) -> NamesrvThread:
-        """Start and wait until it accepts connections."""
-        self._thread.start()
-        if not self._started.wait(_START_TIMEOUT) or self.handle is None:
-            raise RuntimeError(f"name server did not start: {self._error!r}")
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and join the thread."""
-        if self._token is not None and self._thread.is_alive() and self.handle is not None:
-            with suppress(trio.RunFinishedError):
-                trio.from_thread.run_sync(self.handle.stop, trio_token=self._token)
-        self._thread.join(_START_TIMEOUT)
-
-    def _main(self) -> None:
-        try:
-            trio.run(self._serve)
-        except BaseException as exc:
-            self._error = exc
-            self._started.set()
-
-    async def _serve(self) -> None:
-        self._token = trio.lowlevel.current_trio_token()
-        async with trio.open_nursery() as nursery:
-            self.handle = await nursery.start(serve_namesrv, self.config)
-            self._started.set()
+        config = NamesrvConfig(host="127.0.0.1", port=settings.pop("port", 0), **settings)
+        super().__init__(serve_namesrv, config, "namesrv")
 
 
 @contextmanager
