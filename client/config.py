@@ -86,6 +86,8 @@ class ClientConfig:
         for name in ("request_timeout", "connect_timeout", "heartbeat_interval"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+        if self.namesrv_addr:
+            namesrv_from_env(self.namesrv_addr)  # a bad address fails here, not at first use
 
     @property
     def serialize_type(self) -> SerializeType:

@@ -34,6 +34,10 @@ from protocol.frame import FrameDecoder, encode_command
 #: Called for each request the broker sends us; returns the reply, or None for none.
 RequestHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
 _READ_SIZE = 256 * 1024
+#: Queued bytes above which writers wait for the socket.
+_MAX_OUTBOX = 4 * 1024 * 1024
+#: A send that makes no progress this long fails the connection.
+_SEND_STALL = 30.0
 
 
 class _Slot:
@@ -74,7 +78,11 @@ class Connection:
         self._decoder = FrameDecoder(max_frame_size)
         self._pending: dict[int, _Slot] = {}
         self._opaques = itertools.count(1)
-        self._write_lock = anyio.Lock(fast_acquire=True)  # no extra checkpoint when free
+        # Outgoing frames not yet written, and whether a task is writing them (see _write).
+        self._outbox: list[bytes] = []
+        self._outbox_bytes = 0
+        self._flushing = False
+        self._drained = anyio.Event()
         self._closed = False
         self._error: str | None = None
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -126,12 +134,46 @@ class Connection:
         )
 
     async def _write(self, data: bytes) -> None:
-        async with self._write_lock:
+        """Queue ``data``; the first writer writes everything queued, in one send per round.
+
+        Concurrent requests (a producer's many tasks) thus share syscalls instead of taking
+        turns on a lock. The send itself is shielded from the caller's cancel scope: a send
+        cancelled half-way would leave a partial frame on the wire and break every other
+        request; a peer that stops reading for ``_SEND_STALL`` seconds fails the connection
+        instead. Writers wait while more than ``_MAX_OUTBOX`` bytes are queued (back-pressure).
+        """
+        self._outbox.append(data)
+        self._outbox_bytes += len(data)
+        if self._flushing:
+            while self._flushing and self._outbox_bytes > _MAX_OUTBOX:  # bounded by the flusher
+                await self._drained.wait()
+            return
+        self._flushing = True
+        try:
+            with anyio.CancelScope(shield=True):
+                await self._flush()
+        finally:
+            self._flushing = False
+            self._drained.set()
+            self._drained = anyio.Event()
+        if self._closed:
+            raise ConnectionLostError(f"connection to {self.address} lost: {self._error}")
+
+    async def _flush(self) -> None:
+        while self._outbox and not self._closed:
+            chunk = b"".join(self._outbox)
+            self._outbox.clear()
+            self._outbox_bytes = 0
+            self._drained.set()
+            self._drained = anyio.Event()
             try:
-                await self.stream.send(data)
+                with anyio.fail_after(_SEND_STALL):
+                    await self.stream.send(chunk)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
                 self._fail(f"write failed: {exc!r}")
-                raise ConnectionLostError(f"connection to {self.address} lost: {exc!r}") from exc
+            except TimeoutError:
+                self._fail(f"peer stopped reading for {_SEND_STALL:g} s")
+                await self.stream.aclose()  # ends the reader too
 
     def _check_open(self) -> None:
         if self._closed:

@@ -118,3 +118,25 @@ async def _connect_error(address: str) -> None:
 def test_connect_error_backs_off(backend: str, unused_tcp_port: int) -> None:
     """A refused connect raises ConnectError and puts the address on back-off."""
     run(backend, _connect_error, f"127.0.0.1:{unused_tcp_port}")
+
+
+async def _concurrent(config: ClientConfig) -> None:
+    async with Producer(config) as producer:
+        receipts = []
+
+        async def one(i: int) -> None:
+            receipts.append(await producer.send(Message("T5", f"c{i}".encode())))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(300):
+                tg.start_soon(one, i)
+        # Frames written together by one writer (coalesced) all arrived whole and in order.
+        assert len({(r.queue, r.queue_offset) for r in receipts}) == 300
+        assert len(producer.instance.remoting.addresses) == 1  # one connection for all
+
+
+def test_concurrent_sends_share_one_connection(
+    broker: BrokerThread, config: ClientConfig, backend: str
+) -> None:
+    """300 concurrent sends over one multiplexed connection each get their own receipt."""
+    run(backend, _concurrent, config)
