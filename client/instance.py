@@ -119,7 +119,11 @@ class ClientInstance:
         cached = self._routes.get(topic)
         if cached is not None and not refresh:
             return cached
-        data = await self._fetch_route(topic)
+        return self.adopt_route(topic, await self._fetch_route(topic))
+
+    def adopt_route(self, topic: str, data: TopicRouteData) -> TopicRoute:
+        """Cache a route fetched elsewhere (the admin CLI asks name servers itself), so its
+        brokers' addresses are known to requests that name a broker."""
         route = TopicRoute.build(topic, data)
         self._routes[topic] = route
         for broker in data.broker_datas:

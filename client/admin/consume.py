@@ -11,28 +11,18 @@ which commits nothing. Pulls never long-poll: an empty queue ends that queue's r
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from client.admin.messages import message_doc
 from client.admin.output import Result, table
-from client.admin.session import Admin, AdminError
+from client.admin.session import Admin, AdminError, describe
+from client.errors import ClientError
 from client.instance import TopicRoute
 from client.message import ReceivedMessage
+from client.push import pull_api
 from protocol.bodies.consumer import MessageQueue
-from protocol.codes import RequestCode, ResponseCode
-from protocol.errors import RecordError, for_code
-from protocol.headers.offsets import (
-    GetMinOffsetRequestHeader,
-    GetMinOffsetResponseHeader,
-    QueryConsumerOffsetRequestHeader,
-    QueryConsumerOffsetResponseHeader,
-    UpdateConsumerOffsetRequestHeader,
-)
-from protocol.headers.pull import (
-    PullMessageRequestHeader,
-    PullMessageResponseHeader,
-    build_pull_sys_flag,
-)
-from protocol.message import decode_records
+from protocol.errors import RecordError
 
 #: ``MixAll.TOOLS_CONSUMER_GROUP``.
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
@@ -40,11 +30,6 @@ TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
 DEFAULT_COUNT = 128
 #: Messages asked for per pull (what Java clients ask).
 PULL_BATCH = 32
-_NOT_FOUND = (
-    ResponseCode.PULL_NOT_FOUND,
-    ResponseCode.PULL_OFFSET_MOVED,
-    ResponseCode.PULL_RETRY_IMMEDIATELY,
-)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,58 +45,48 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 class _Reader:
-    """Pulls one queue after another for one command."""
+    """Pulls one queue after another for one command (through :mod:`client.push.pull_api`,
+    with unreachable brokers and malformed replies turned into one-line errors)."""
 
-    def __init__(self, admin: Admin, group: str, addresses: dict[str, str]) -> None:
-        self.admin = admin
+    def __init__(self, admin: Admin, group: str) -> None:
+        self.instance = admin.instance
         self.group = group
-        self.addresses = addresses
+
+    @contextmanager
+    def _guard(self, mq: MessageQueue) -> Iterator[None]:
+        try:
+            yield
+        except ClientError as exc:
+            raise describe(
+                exc, self.instance.broker_address(mq.broker_name) or "?", "broker"
+            ) from None
+        except RecordError as exc:
+            raise AdminError(f"malformed message in pull reply: {exc}") from None
 
     async def start_offset(self, mq: MessageQueue, committed: bool) -> int:
-        address = self.addresses[mq.broker_name]
-        if committed:
-            ext = QueryConsumerOffsetRequestHeader(
-                consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id
-            ).to_ext()
-            reply = await self.admin.invoke(
-                address, self.admin.request(RequestCode.QUERY_CONSUMER_OFFSET, ext)
-            )
-            if reply.code == ResponseCode.SUCCESS:
-                return QueryConsumerOffsetResponseHeader.from_ext(reply.ext_fields).offset
-        ext = GetMinOffsetRequestHeader(topic=mq.topic, queue_id=mq.queue_id).to_ext()
-        cmd = self.admin.request(RequestCode.GET_MIN_OFFSET, ext)
-        reply = await self.admin.broker(address, cmd)
-        return GetMinOffsetResponseHeader.from_ext(reply.ext_fields).offset
+        with self._guard(mq):
+            if committed:
+                offset = await pull_api.query_offset(self.instance, self.group, mq)
+                if offset is not None:
+                    return offset
+            return await pull_api.queue_offset(self.instance, mq, first=True)
 
     async def pull(
         self, mq: MessageQueue, offset: int, limit: int
     ) -> tuple[list[ReceivedMessage], int]:
         """Up to ``limit`` messages from ``offset`` (none once caught up), and the next offset."""
-        header = PullMessageRequestHeader(
-            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
-            queue_offset=offset, max_msg_nums=min(limit, PULL_BATCH),
-            sys_flag=build_pull_sys_flag(commit_offset=False, suspend=False, subscription=True),
-            commit_offset=0, suspend_timeout_millis=0, subscription="*", sub_version=0,
-        )  # fmt: skip
-        cmd = self.admin.request(RequestCode.PULL_MESSAGE, header.to_ext())
-        reply = await self.admin.invoke(self.addresses[mq.broker_name], cmd)
-        if reply.code in _NOT_FOUND:
+        with self._guard(mq):
+            result = await pull_api.pull(
+                self.instance, self.group, mq, offset, max_messages=min(limit, PULL_BATCH),
+                max_bytes=None, commit_offset=None, expression="*", suspend_ms=0,
+            )  # fmt: skip
+        if not result.messages:
             return [], offset
-        if reply.code != ResponseCode.SUCCESS:
-            raise for_code(reply.code, reply.remark)
-        try:
-            records = decode_records(reply.body)
-        except RecordError as exc:
-            raise AdminError(f"malformed message in pull reply: {exc}") from None
-        nxt = PullMessageResponseHeader.from_ext(reply.ext_fields).next_begin_offset
-        return [ReceivedMessage.of(r, mq.broker_name) for r in records[:limit]], nxt
+        return result.messages[:limit], result.next_offset
 
     async def commit(self, mq: MessageQueue, offset: int) -> None:
-        ext = UpdateConsumerOffsetRequestHeader(
-            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id, commit_offset=offset
-        ).to_ext()
-        cmd = self.admin.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext)
-        await self.admin.broker(self.addresses[mq.broker_name], cmd)
+        with self._guard(mq):
+            await pull_api.update_offset(self.instance, self.group, mq, offset)
 
 
 async def read_queue(
@@ -151,9 +126,9 @@ async def consume_message(admin: Admin, args: argparse.Namespace) -> Result:
     if args.count <= 0:
         raise AdminError("count must be positive")
     data = await admin.route(args.topic)
-    route = TopicRoute.build(args.topic, data)
+    route = admin.instance.adopt_route(args.topic, data)
     addresses = {b.broker_name: b.master_addr for b in data.broker_datas if b.master_addr}
-    reader = _Reader(admin, args.consumerGroup or TOOLS_CONSUMER_GROUP, addresses)
+    reader = _Reader(admin, args.consumerGroup or TOOLS_CONSUMER_GROUP)
     printed: list[ReceivedMessage] = []
     for mq in _queues(route, addresses, args):
         if len(printed) >= args.count:

@@ -37,7 +37,7 @@ class BrokerRef:
     address: str
 
 
-def _describe(exc: Exception, address: str, what: str) -> AdminError:
+def describe(exc: Exception, address: str, what: str) -> AdminError:
     """The one-line message for a client-side failure talking to ``address``."""
     if isinstance(exc, ConnectError):
         return AdminError(f"cannot connect to {what} {address}")
@@ -68,7 +68,7 @@ class Admin:
         try:
             return await self.instance.remoting.invoke(address, cmd)
         except ClientError as exc:
-            raise _describe(exc, address, "broker") from None
+            raise describe(exc, address, "broker") from None
 
     async def broker(self, address: str, cmd: RemotingCommand) -> RemotingCommand:
         """Send ``cmd`` to a broker; a reply other than SUCCESS raises its error.
@@ -93,7 +93,7 @@ class Admin:
             try:
                 return await self.instance.remoting.invoke(address, cmd)
             except ClientError as exc:
-                failures.append(str(_describe(exc, address, "name server")))
+                failures.append(str(describe(exc, address, "name server")))
         raise AdminError("; ".join(failures))
 
     async def cluster_info(self) -> ClusterInfo:

@@ -69,12 +69,13 @@ async def pull(
     offset: int,
     *,
     max_messages: int,
-    max_bytes: int,
+    max_bytes: int | None,
     commit_offset: int | None,
     expression: str,
     suspend_ms: int,
 ) -> PullResult:
-    """PULL_MESSAGE with long polling (``suspend_ms``) and a piggy-backed offset commit.
+    """PULL_MESSAGE with long polling (``suspend_ms``; 0 = answer at once) and a piggy-backed
+    offset commit (``None``: commit nothing); ``max_bytes`` caps the reply body if given.
 
     Raises:
         BrokerError: any answer but found / not found / retry / offset moved.
