@@ -130,6 +130,15 @@ class ClientInstance:
             self._brokers[broker.broker_name] = broker
         return route
 
+    async def prefetch_routes(self, topics: Iterable[str]) -> None:
+        """Fetch the routes of ``topics`` now; a topic without one yet is only logged, since
+        it may be created later (consumers look for it again as they run)."""
+        for topic in topics:
+            try:
+                await self.route(topic)
+            except NoRouteError as exc:
+                _log.warning("no route yet", topic=topic, error=str(exc))
+
     def cached_route(self, topic: str) -> TopicRoute | None:
         """The last route fetched for ``topic``, without asking anyone."""
         return self._routes.get(topic)
@@ -204,34 +213,35 @@ class ClientInstance:
             producer_data_set=tuple(ProducerData(g) for g in sorted(self.producer_groups)),
             consumer_data_set=tuple(self.consumer_data()),
         )
-        cmd = self.request(RequestCode.HEART_BEAT, body=data.to_json())
-        async with anyio.create_task_group() as tg:
-            for address in set(self.broker_addresses().values()):
-                tg.start_soon(self._heartbeat_one, address, cmd)
-
-    async def _heartbeat_one(self, address: str, cmd: RemotingCommand) -> None:
-        try:
-            await self.call(address, cmd)
-        except (ClientError, BrokerError) as exc:
-            _log.info("heartbeat failed", broker=address, error=str(exc))
+        await self._tell_every_broker(
+            "heartbeat", self.request(RequestCode.HEART_BEAT, body=data.to_json())
+        )
 
     async def unregister(
         self, *, producer_group: str | None = None, consumer_group: str | None = None
     ) -> None:
-        """Leave a group on every known broker (best effort, bounded by the request timeout)."""
+        """Leave a group on every known broker: best effort, shielded from the caller's
+        cancellation (a client leaving because it was cancelled still says so) and bounded
+        by the request timeout."""
         header = UnregisterClientRequestHeader(
             client_id=self.client_id, producer_group=producer_group, consumer_group=consumer_group
         )
         cmd = self.request(RequestCode.UNREGISTER_CLIENT, header.to_ext())
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.request_timeout):
+            await self._tell_every_broker("unregister", cmd)
+
+    async def _tell_every_broker(self, what: str, cmd: RemotingCommand) -> None:
+        """Send ``cmd`` to every known broker at once; a failure is logged, not raised."""
+
+        async def one(address: str) -> None:
+            try:
+                await self.call(address, cmd)
+            except (ClientError, BrokerError) as exc:
+                _log.info(f"{what} failed", broker=address, error=str(exc))
+
         async with anyio.create_task_group() as tg:
             for address in set(self.broker_addresses().values()):
-                tg.start_soon(self._unregister_one, address, cmd)
-
-    async def _unregister_one(self, address: str, cmd: RemotingCommand) -> None:
-        try:
-            await self.call(address, cmd)
-        except (ClientError, BrokerError) as exc:
-            _log.info("unregister failed", broker=address, error=str(exc))
+                tg.start_soon(one, address)
 
     async def _on_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:

@@ -109,15 +109,10 @@ class Producer:
 
     # ------------------------------------------------------------------ lifetime
     async def __aenter__(self) -> Producer:
-        stack = AsyncExitStack()
-        await stack.__aenter__()
-        try:
+        async with AsyncExitStack() as stack:  # unwinds if starting fails
             instance, _ = await stack.enter_async_context(open_instance(self.config))
-        except BaseException:
-            await stack.__aexit__(None, None, None)
-            raise
-        instance.producer_groups.add(self.group)
-        self._instance, self._stack = instance, stack
+            instance.producer_groups.add(self.group)
+            self._instance, self._stack = instance, stack.pop_all()
         return self
 
     async def __aexit__(
@@ -130,8 +125,7 @@ class Producer:
         self._instance = self._stack = None
         if instance is None or stack is None:
             return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.request_timeout):
-            await instance.unregister(producer_group=self.group)
+        await instance.unregister(producer_group=self.group)
         await stack.__aexit__(exc_type, exc, tb)
 
     @property

@@ -87,21 +87,12 @@ class SimpleConsumer:
         self._turn = 0
 
     async def __aenter__(self) -> SimpleConsumer:
-        stack = AsyncExitStack()
-        await stack.__aenter__()
-        try:
+        async with AsyncExitStack() as stack:  # unwinds if starting fails
             instance, _ = await stack.enter_async_context(open_instance(self.config))
             instance.consumer_data = self._consumer_data
-            for topic in self.subscription:
-                try:
-                    await instance.route(topic)
-                except NoRouteError as exc:  # it may be created later: receive retries
-                    _log.warning("no route yet", topic=topic, error=str(exc))
+            await instance.prefetch_routes(self.subscription)  # receive retries missing ones
             await instance.heartbeat()
-        except BaseException:
-            await stack.__aexit__(None, None, None)
-            raise
-        self._instance, self._stack = instance, stack
+            self._instance, self._stack = instance, stack.pop_all()
         self._session = PopSession(
             instance, self.group, from_first=consume_from_first(self.consume_from)
         )
@@ -117,8 +108,7 @@ class SimpleConsumer:
         self._instance = self._stack = self._session = None
         if instance is None or stack is None:
             return
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self.config.request_timeout):
-            await instance.unregister(consumer_group=self.group)
+        await instance.unregister(consumer_group=self.group)
         await stack.__aexit__(exc_type, exc, tb)
 
     def _consumer_data(self) -> list[ConsumerData]:

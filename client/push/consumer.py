@@ -29,7 +29,7 @@ import anyio.abc
 import structlog
 
 from client.config import ClientConfig
-from client.errors import ClientClosedError, NoRouteError
+from client.errors import ClientClosedError
 from client.instance import ClientInstance, open_instance
 from client.push.pop_mode import PopEngine
 from client.push.pull_mode import PullEngine
@@ -113,12 +113,10 @@ class PushConsumer:
 
     # ------------------------------------------------------------------ lifetime
     async def __aenter__(self) -> PushConsumer:
-        stack = AsyncExitStack()
-        await stack.__aenter__()
-        try:
+        async with AsyncExitStack() as stack:  # unwinds if starting fails
             instance, tg = await stack.enter_async_context(open_instance(self.config))
             instance.consumer_data = self._consumer_data
-            await self._prepare_routes(instance)
+            await instance.prefetch_routes(self.subscription)  # engines retry missing ones
             await instance.heartbeat()
             runtime = Runtime(self.listener, self.options)
             consumers = await stack.enter_async_context(anyio.create_task_group())
@@ -131,19 +129,9 @@ class PushConsumer:
                 instance.on_reset_offset = self._on_reset_offset
             self._fetchers = anyio.CancelScope()
             tg.start_soon(self._run_fetchers, engine, self._fetchers)
-        except BaseException:
-            await stack.__aexit__(None, None, None)
-            raise
-        self._stack, self._instance, self._runtime = stack, instance, runtime
+            self._stack, self._instance, self._runtime = stack.pop_all(), instance, runtime
         self._engine, self._consumers = engine, consumers
         return self
-
-    async def _prepare_routes(self, instance: ClientInstance) -> None:
-        for topic in self.subscription:
-            try:
-                await instance.route(topic)
-            except NoRouteError as exc:  # it may be created later: routes are retried
-                _log.warning("no route yet", topic=topic, error=str(exc))
 
     @staticmethod
     async def _run_fetchers(engine: PopEngine | PullEngine, scope: anyio.CancelScope) -> None:
