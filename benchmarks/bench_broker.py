@@ -596,7 +596,7 @@ def main() -> None:
     if unknown := set(peers) - set(PEERS):
         ap.error(f"unknown peers {sorted(unknown)}; known: {', '.join(PEERS)}")
     peers = [n for n in peers if (PEER_BENCH / PEERS[n].script).exists()]
-    common = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in PEER_COMMON_ARGS]
+    common = peer_common_args(args)
     if peers:
         ensure_peer_venv(args.peer_python, [m for n in peers for m in PEERS[n].modules])
 
@@ -623,24 +623,43 @@ def main() -> None:
                     short = {k: round(v, 3) for k, v in res.items()}
                     print(f"[trimq] {wl} size={size} run={run}: {short}", flush=True)
                     write_row(args.out, {"peer": "trimq", "workload": wl, "size": size, **res})
-                for name in peers:
-                    try:
-                        rows = run_peer(name, args.peer_python, size, common, args.count)
-                    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-                        print(f"[{name}] size={size} run={run} FAILED: {exc}", flush=True)
-                        continue
-                    for wl, row in rows.items():
-                        theirs[name].setdefault(wl, []).append(row)
-                        keys = ("msgs_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms")
-                        short = {k: round(row[k], 3) for k in keys if k in row}
-                        print(f"[{name}] {wl} size={size} run={run}: {short}", flush=True)
-                        write_row(args.out, row)
+                peer_round(theirs, args.peer_python, size, run, common, args.count, args.out)
             print_table(size, ours, theirs, cpu)
 
 
 #: Our options that the peer scripts take too: passed on, so all measure the same counts.
 PEER_COMMON_ARGS: tuple[str, ...] = ("n_sync", "n_pipe", "batch", "backlog", "max_seconds")
 PEER_COMMON_ARGS += ("rate", "e2e_seconds", "warmup")
+
+
+def peer_round(
+    theirs: dict[str, dict[str, list[dict[str, Any]]]],
+    peer_python: Path,
+    size: int,
+    run: int,
+    common: Sequence[str],
+    count: int,
+    out: str | None,
+) -> None:
+    """One round of every peer in ``theirs`` at ``size``: rows collected, printed, written.
+    A peer that fails is reported and skipped for this round."""
+    for name in theirs:
+        try:
+            rows = run_peer(name, peer_python, size, common, count)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            print(f"[{name}] size={size} run={run} FAILED: {exc}", flush=True)
+            continue
+        for wl, row in rows.items():
+            theirs[name].setdefault(wl, []).append(row)
+            keys = ("msgs_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms")
+            short = {k: round(row[k], 3) for k in keys if k in row}
+            print(f"[{name}] {wl} size={size} run={run}: {short}", flush=True)
+            write_row(out, row)
+
+
+def peer_common_args(args: argparse.Namespace) -> list[str]:
+    """Our options that the peer scripts take too, as flags for them."""
+    return [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in PEER_COMMON_ARGS]
 
 
 def write_row(path: str | None, row: dict[str, Any]) -> None:

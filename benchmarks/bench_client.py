@@ -39,11 +39,13 @@ from benchmarks.bench_broker import (
     broker_process,
     lat_summary_ms,
     make_payload,
+    peer_common_args,
+    peer_round,
     print_table,
     proc_cpu_seconds,
     write_row,
 )
-from benchmarks.peers import PEER_BENCH, PEER_PYTHON, PEERS, ensure_peer_venv, run_peer
+from benchmarks.peers import PEER_BENCH, PEER_PYTHON, PEERS, ensure_peer_venv
 from client.config import ClientConfig
 from client.message import Message
 from client.producer import Producer
@@ -270,10 +272,7 @@ def main() -> None:
     workloads = [w for w in args.workloads.split(",") if w]
     peers = [] if args.no_peer else [n for n in args.peers.split(",") if n]
     peers = [n for n in peers if n in PEERS and (PEER_BENCH / PEERS[n].script).exists()]
-    common = [f"--n-sync={args.n_sync}", f"--n-pipe={args.n_pipe}", f"--batch={args.batch}"]
-    common += [f"--backlog={args.backlog}", f"--max-seconds={args.max_seconds}"]
-    common += [f"--rate={args.rate}", f"--e2e-seconds={args.e2e_seconds}"]
-    common += [f"--warmup={args.warmup}"]
+    common = peer_common_args(args)
     if peers:
         ensure_peer_venv(args.peer_python, [m for n in peers for m in PEERS[n].modules])
     with ExitStack() as stack:
@@ -301,16 +300,7 @@ def main() -> None:
                     write_row(
                         args.out, {"peer": "trimq-client", "workload": wl, "size": size, **res}
                     )
-                for name in peers:
-                    try:
-                        rows = run_peer(name, args.peer_python, size, common, args.count)
-                    except (RuntimeError, OSError) as exc:
-                        print(f"[{name}] size={size} run={run} FAILED: {exc}", flush=True)
-                        continue
-                    for wl, row in rows.items():
-                        theirs[name].setdefault(wl, []).append(row)
-                        write_row(args.out, row)
-                    print(f"[{name}] size={size} run={run}: done", flush=True)
+                peer_round(theirs, args.peer_python, size, run, common, args.count, args.out)
             print_table(size, ours, theirs, cpu, ROWS)
 
 

@@ -281,13 +281,14 @@ class Producer:
         queues = route.write_queues
         if sharding_key is not None:
             return shard_queue(queues, sharding_key)
-        remoting = self.instance.remoting
-        usable = [
-            q
-            for q in queues
-            if q.broker_name != avoid
-            and not remoting.is_backing_off(self.instance.broker_address(q.broker_name) or "")
-        ]
+        # Per broker, not per queue: a send asks the back-off state once for each broker.
+        remoting, instance = self.instance.remoting, self.instance
+        down = {
+            name
+            for name in {q.broker_name for q in queues}
+            if remoting.is_backing_off(instance.broker_address(name) or "")
+        }
+        usable = [q for q in queues if q.broker_name != avoid and q.broker_name not in down]
         pool = usable or [q for q in queues if q.broker_name != avoid] or list(queues)
         self._next_queue += 1
         return pool[self._next_queue % len(pool)]
