@@ -130,9 +130,11 @@ def receipt_of(message: ReceivedMessage) -> ExtraInfo:
     return ExtraInfo.decode(message.receipt)
 
 
-def ack_request(instance: ClientInstance, group: str, message: ReceivedMessage) -> RemotingCommand:
-    """ACK_MESSAGE for a popped message (on its real topic: the retry topic for a retry)."""
-    receipt = receipt_of(message)
+def ack_request(
+    instance: ClientInstance, group: str, message: ReceivedMessage, receipt: ExtraInfo
+) -> RemotingCommand:
+    """ACK_MESSAGE for a popped message (on its real topic: the retry topic for a retry);
+    ``receipt`` is the message's decoded receipt (:func:`receipt_of`)."""
     header = AckMessageRequestHeader(
         consumer_group=group,
         topic=receipt.real_topic(message.record.topic, group),
@@ -173,12 +175,16 @@ def batch_ack_requests(
 
 
 def change_request(
-    instance: ClientInstance, group: str, message: ReceivedMessage, invisible_ms: int
+    instance: ClientInstance,
+    group: str,
+    message: ReceivedMessage,
+    receipt: ExtraInfo,
+    invisible_ms: int,
 ) -> RemotingCommand:
-    """CHANGE_MESSAGE_INVISIBLETIME: make a popped message invisible for ``invisible_ms`` more."""
+    """CHANGE_MESSAGE_INVISIBLETIME: make a popped message invisible for ``invisible_ms`` more
+    (``receipt``: its decoded receipt)."""
     if invisible_ms <= 0:
         raise ValueError("invisible duration must be positive")
-    receipt = receipt_of(message)
     header = ChangeInvisibleTimeRequestHeader(
         consumer_group=group,
         topic=receipt.real_topic(message.record.topic, group),
@@ -190,10 +196,12 @@ def change_request(
     return instance.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header.to_ext())
 
 
-def changed_message(reply: RemotingCommand, message: ReceivedMessage) -> ReceivedMessage:
-    """The message with the new receipt a successful change-invisible-time reply gives."""
+def changed_message(
+    reply: RemotingCommand, message: ReceivedMessage, r: ExtraInfo
+) -> ReceivedMessage:
+    """The message with the new receipt a successful change-invisible-time reply gives
+    (``r``: its old, decoded receipt)."""
     head = ChangeInvisibleTimeResponseHeader.from_ext(check(reply).ext_fields)
-    r = receipt_of(message)
     new = ExtraInfo(r.ck_queue_offset, head.pop_time, head.invisible_time, head.revive_qid,
                     r.retry_flag, r.broker_name, r.queue_id, r.queue_offset)  # fmt: skip
     return dataclasses.replace(message, receipt=new.encode())
@@ -242,8 +250,9 @@ class PopSession:
             BrokerError: NO_MESSAGE when the receipt is stale (the message was revived or
                 acked already), INVALID_PARAMETER for a malformed one.
         """
-        cmd = ack_request(self.instance, self.group, message)
-        await self.instance.call(self._address(receipt_of(message).broker_name), cmd)
+        receipt = receipt_of(message)
+        cmd = ack_request(self.instance, self.group, message, receipt)
+        await self.instance.call(self._address(receipt.broker_name), cmd)
 
     async def ack_many(self, messages: Sequence[ReceivedMessage]) -> None:
         """Acknowledge many messages with one BATCH_ACK_MESSAGE per broker (concurrently).
@@ -258,9 +267,10 @@ class PopSession:
     ) -> ReceivedMessage:
         """Push the message's redelivery back; returns it with its new receipt (the old one
         no longer acks)."""
-        cmd = change_request(self.instance, self.group, message, invisible_ms)
-        address = self._address(receipt_of(message).broker_name)
-        return changed_message(await self.instance.remoting.invoke(address, cmd), message)
+        receipt = receipt_of(message)
+        cmd = change_request(self.instance, self.group, message, receipt, invisible_ms)
+        address = self._address(receipt.broker_name)
+        return changed_message(await self.instance.remoting.invoke(address, cmd), message, receipt)
 
 
 def brokers_of(queues: Sequence[MessageQueue]) -> list[str]:
