@@ -105,30 +105,27 @@ class BrokerProcess:
 
 
 @asynccontextmanager
-async def run_broker(
-    data_dir: Path, *args: str, **settings: object
+async def run_server_process(
+    module: str, marker: str, args: list[str], env: dict[str, str]
 ) -> AsyncIterator[BrokerProcess]:
-    """Start ``python -m broker --port 0 --data-dir DATA_DIR ARGS`` (with :data:`TEST_SETTINGS`
-    and ``settings`` as ``TRIMQ_*`` variables) and wait for its "broker started" line. On exit
-    the process is killed by its pid if still alive."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIMQ_")}
-    # Small preallocated segments, as in every test (also shows env settings reach it).
-    env.update({f"TRIMQ_{k.upper()}": str(v) for k, v in {**TEST_SETTINGS, **settings}.items()})
-    argv = [sys.executable, "-m", "broker", "--port", "0", "--data-dir", str(data_dir), *args]
+    """Start ``python -m MODULE ARGS`` and wait for its ``marker`` log line ("broker started",
+    "namesrv started"), whose ``port`` it records. On exit the process is killed by its pid
+    if still alive."""
+    argv = [sys.executable, "-m", module, *args]
     process = await trio.lowlevel.open_process(
         argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
         async with trio.open_nursery() as nursery:
-            broker = BrokerProcess(process)
-            nursery.start_soon(broker.drain)
+            server = BrokerProcess(process)
+            nursery.start_soon(server.drain)
             try:
                 with trio.fail_after(START_TIMEOUT):
-                    started = await broker.wait_for("broker started")
-                broker.port = int(started["port"])
-                assert started["address"] == f"127.0.0.1:{broker.port}"
-                yield broker
+                    started = await server.wait_for(marker)
+                server.port = int(started["port"])
+                assert started["address"] == f"127.0.0.1:{server.port}"
+                yield server
             finally:
                 if process.poll() is None:
                     process.kill()  # this process only, by its pid
@@ -137,6 +134,25 @@ async def run_broker(
             process.kill()
         with trio.CancelScope(shield=True), trio.move_on_after(STOP_TIMEOUT):
             await process.wait()
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without any ``TRIMQ_*`` setting."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("TRIMQ_")}
+
+
+@asynccontextmanager
+async def run_broker(
+    data_dir: Path, *args: str, **settings: object
+) -> AsyncIterator[BrokerProcess]:
+    """Start ``python -m broker --port 0 --data-dir DATA_DIR ARGS`` (with :data:`TEST_SETTINGS`
+    and ``settings`` as ``TRIMQ_*`` variables) and wait for its "broker started" line."""
+    env = clean_env()
+    # Small preallocated segments, as in every test (also shows env settings reach it).
+    env.update({f"TRIMQ_{k.upper()}": str(v) for k, v in {**TEST_SETTINGS, **settings}.items()})
+    argv = ["--port", "0", "--data-dir", str(data_dir), *args]
+    async with run_server_process("broker", "broker started", argv, env) as broker:
+        yield broker
 
 
 def send_v2(topic: str, body: bytes) -> RemotingCommand:

@@ -7,9 +7,7 @@ started here is killed by its pid if it is still alive when the test ends.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,7 +16,14 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.broker.test_process import REPO, START_TIMEOUT, STOP_TIMEOUT, BrokerProcess, run_broker
+from tests.broker.test_process import (
+    REPO,
+    STOP_TIMEOUT,
+    BrokerProcess,
+    clean_env,
+    run_broker,
+    run_server_process,
+)
 from tests.namesrv.support import brokers_of, route_of, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -27,29 +32,9 @@ pytestmark = pytest.mark.e2e
 @asynccontextmanager
 async def run_namesrv(*args: str) -> AsyncIterator[BrokerProcess]:
     """Start ``python -m broker.namesrv --port 0 ARGS`` and wait for "namesrv started"."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIMQ_")}
-    argv = [sys.executable, "-m", "broker.namesrv", "--port", "0", *args]
-    process = await trio.lowlevel.open_process(
-        argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        async with trio.open_nursery() as nursery:
-            namesrv = BrokerProcess(process)
-            nursery.start_soon(namesrv.drain)
-            try:
-                with trio.fail_after(START_TIMEOUT):
-                    started = await namesrv.wait_for("namesrv started")
-                namesrv.port = int(started["port"])
-                yield namesrv
-            finally:
-                if process.poll() is None:
-                    process.kill()  # this process only, by its pid
-    finally:
-        if process.poll() is None:
-            process.kill()
-        with trio.CancelScope(shield=True), trio.move_on_after(STOP_TIMEOUT):
-            await process.wait()
+    argv = ["--port", "0", *args]
+    async with run_server_process("broker.namesrv", "namesrv started", argv, clean_env()) as ns:
+        yield ns
 
 
 async def test_namesrv_and_broker_processes_register_and_stop_cleanly(tmp_path: Path) -> None:
