@@ -164,7 +164,7 @@ class Storage:
         """Retention loop."""
         while True:
             await trio.sleep(self.store.config.retention_check_interval_s)
-            self.retention_once(time.time())
+            self.retention_once(self.store.config.clock.now_s())
 
     async def run_checkpointer(self) -> None:
         """Checkpoint loop."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.clock import SYSTEM_CLOCK, Clock, DiskProbe, disk_used_ratio
 from broker.store.api import FlushMode
 
 GIB = 1024 * 1024 * 1024
@@ -31,6 +32,9 @@ class StoreConfig:
         retention_check_interval_s: how often the disk ratio is checked (RocketMQ: 10 s).
         preallocate: ``posix_fallocate`` new segments, so ENOSPC shows at creation.
         store_host: ``(ip, port)`` written into every record and its offset msgId.
+        clock: the wall clock (store timestamps, retention); injected so tests own time.
+        disk_probe: the disk-usage probe retention consults; injected so tests do not
+            depend on how full the machine's disk is.
     """
 
     data_dir: Path
@@ -47,6 +51,8 @@ class StoreConfig:
     retention_check_interval_s: float = 10.0
     preallocate: bool = True
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
+    clock: Clock = field(default=SYSTEM_CLOCK, compare=False, repr=False)
+    disk_probe: DiskProbe = field(default=disk_used_ratio, compare=False, repr=False)
 
     @property
     def commitlog_dir(self) -> Path:

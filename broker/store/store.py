@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -88,7 +87,7 @@ class MessageStore:
     ) -> None:
         self.config = config
         self.listener = listener
-        self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        self._clock_ms = clock_ms or config.clock.now_ms
         config.config_dir.mkdir(parents=True, exist_ok=True)
         self._lock = DirectoryLock(config.data_dir)
         self._abort = AbortMarker(config.data_dir)
@@ -484,8 +483,7 @@ class MessageStore:
     # ------------------------------------------------------------------ retention
     def disk_used_ratio(self) -> float:
         """Used fraction of the file system holding the data directory."""
-        usage = shutil.disk_usage(self.config.data_dir)
-        return (usage.total - usage.free) / usage.total if usage.total else 0.0
+        return self.config.disk_probe(self.config.data_dir)
 
     def delete_expired(self, now_s: float, *, scheduled: bool = False) -> int:
         """Delete commit-log segments older than ``retention_hours`` — only on the daily

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from broker.store.api import GetStatus, MessageToStore
@@ -14,7 +13,8 @@ from protocol.message import decode_record
 
 
 def config(path: Path) -> StoreConfig:
-    return StoreConfig(path, segment_size=8192, cq_entries_per_file=16)
+    # The disk probe says "empty": retention runs only when scheduled, whatever the disk.
+    return StoreConfig(path, segment_size=8192, cq_entries_per_file=16, disk_probe=lambda _: 0.0)
 
 
 def put_keyed(store: MessageStore, n: int, start: int = 0) -> None:
@@ -149,10 +149,16 @@ def test_lookup_survives_hash_collisions(tmp_path: Path) -> None:
         assert store.messages_by_key("TopicA", "forged") == []
 
 
+#: "Now" for the retention tests: a fixed instant, so no test depends on the date.
+NOW_S = 1_800_000_000.0
+
+
 def age(store: MessageStore, starts: list[int], hours: float) -> None:
-    old = time.time() - hours * 3600
-    for start in starts:
-        os.utime(store.config.commitlog_dir / f"{start:020d}", (old, old))
+    """Segments ``starts`` were last written ``hours`` before NOW_S, the others at NOW_S
+    (the kernel stamps files with the real date, which the tests must not depend on)."""
+    for start in store.log.segment_starts:
+        mtime = NOW_S - hours * 3600 if start in starts else NOW_S
+        os.utime(store.config.commitlog_dir / f"{start:020d}", (mtime, mtime))
 
 
 def test_retention_deletes_expired_segments_only_when_due(tmp_path: Path) -> None:
@@ -162,10 +168,9 @@ def test_retention_deletes_expired_segments_only_when_due(tmp_path: Path) -> Non
         starts = store.log.segment_starts
         assert len(starts) > 4
         age(store, starts[:3], hours=80)
-        # Not scheduled and the disk is not full: nothing happens.
-        if store.disk_used_ratio() < store.config.disk_max_used_ratio:
-            assert store.delete_expired(time.time()) == 0
-        assert store.delete_expired(time.time(), scheduled=True) == 3
+        # Not scheduled and the disk is not full (the probe says 0 %): nothing happens.
+        assert store.delete_expired(NOW_S) == 0
+        assert store.delete_expired(NOW_S, scheduled=True) == 3
         assert store.log.min_offset == starts[3]
         low = store.min_offset("TopicA", 0)
         assert low > 0
@@ -188,16 +193,17 @@ def test_retention_never_deletes_the_active_segment(tmp_path: Path) -> None:
         store.checkpoint()
         starts = store.log.segment_starts
         age(store, starts, hours=100)
-        assert store.delete_expired(time.time(), scheduled=True) == len(starts) - 1
+        assert store.delete_expired(NOW_S, scheduled=True) == len(starts) - 1
         assert store.log.segment_starts == [starts[-1]]
         put_keyed(store, 5, start=600)
         assert store.get("TopicA", 0, store.max_offset("TopicA", 0) - 1, 1).count == 1
 
 
 def test_retention_when_the_disk_is_fuller_than_the_ratio(tmp_path: Path) -> None:
-    cfg = StoreConfig(tmp_path, segment_size=8192, cq_entries_per_file=16, disk_max_used_ratio=0.0)
+    cfg = StoreConfig(tmp_path, segment_size=8192, cq_entries_per_file=16,
+                      disk_probe=lambda _: 0.8)  # fmt: skip
     with MessageStore.open(cfg) as store:
         put_keyed(store, 600)
         store.checkpoint()
         age(store, store.log.segment_starts[:2], hours=80)
-        assert store.delete_expired(time.time()) == 2  # unscheduled, but the disk is "full"
+        assert store.delete_expired(NOW_S) == 2  # unscheduled, but the disk is past 0.75

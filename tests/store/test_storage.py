@@ -8,6 +8,7 @@ from pathlib import Path
 
 import trio
 
+from broker.clock import ManualClock
 from broker.storage import Storage, serve_storage
 from broker.store.api import FlushMode, GetStatus, MessageToStore
 from broker.store.config import StoreConfig
@@ -72,21 +73,67 @@ async def test_async_mode_flushes_on_its_interval(tmp_path: Path) -> None:
             nursery.cancel_scope.cancel()
 
 
-async def test_retention_runs_once_a_day_at_the_deletion_hour(tmp_path: Path) -> None:
-    cfg = StoreConfig(tmp_path, segment_size=8192, cq_entries_per_file=16)
+def age(cfg: StoreConfig, store: MessageStore, count: int, old: float, now: float) -> None:
+    """The first ``count`` segments were last written at ``old``, the others at ``now`` (the
+    kernel stamps files with the real date, which the tests must not depend on)."""
+    for i, start in enumerate(store.log.segment_starts):
+        mtime = old if i < count else now
+        os.utime(cfg.commitlog_dir / f"{start:020d}", (mtime, mtime))
+
+
+def test_retention_runs_once_a_day_at_the_deletion_hour(tmp_path: Path) -> None:
+    # Every time here derives from one fixed local instant (the clock is injected, the disk
+    # probe says "empty"), so the test means the same on any date and any disk.
+    cfg = StoreConfig(tmp_path, segment_size=8192, cq_entries_per_file=16,
+                      disk_probe=lambda _: 0.0)  # fmt: skip
     store = MessageStore.open(cfg)
     for i in range(600):
         store.put_nowait(MessageToStore("T", 0, b"m%d" % i))
     store.checkpoint()
-    old = time.time() - 100 * 3600
-    for start in store.log.segment_starts[:2]:
-        os.utime(cfg.commitlog_dir / f"{start:020d}", (old, old))
-    storage = Storage(store)
     base = time.mktime((2026, 11, 22, cfg.delete_when_hour, 5, 0, 0, 0, -1))
-    assert storage.retention_once(base - 3600) == 0 or store.disk_used_ratio() >= 0.75
+    old = base - 100 * 3600
+    age(cfg, store, 2, old, base)
+    storage = Storage(store)
+    assert storage.retention_once(base - 3600) == 0  # not the hour, disk not full
     assert storage.retention_once(base) == 2  # the deletion hour: expired segments go
     for start in store.log.segment_starts[:1]:
         os.utime(cfg.commitlog_dir / f"{start:020d}", (old, old))
-    if store.disk_used_ratio() < cfg.disk_max_used_ratio:
-        assert storage.retention_once(base + 60) == 0  # already swept today
+    assert storage.retention_once(base + 60) == 0  # already swept today
+    assert storage.retention_once(base + 24 * 3600) == 1  # the next day's hour
+    store.close()
+
+
+def test_retention_sweeps_at_once_when_the_disk_is_full(tmp_path: Path) -> None:
+    cfg = StoreConfig(tmp_path, segment_size=8192, cq_entries_per_file=16,
+                      disk_probe=lambda _: 0.9)  # fmt: skip
+    store = MessageStore.open(cfg)
+    for i in range(600):
+        store.put_nowait(MessageToStore("T", 0, b"m%d" % i))
+    store.checkpoint()
+    base = time.mktime((2026, 11, 22, cfg.delete_when_hour + 2, 0, 0, 0, 0, -1))
+    old = base - 100 * 3600
+    age(cfg, store, 2, old, base)
+    assert Storage(store).retention_once(base) == 2  # not the hour, but past 0.75 used
+    store.close()
+
+
+async def test_retention_loop_reads_the_injected_clock(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    base = time.mktime((2026, 11, 22, 4, 5, 0, 0, 0, -1))
+    clock = ManualClock(base * 1000)
+    cfg = StoreConfig(tmp_path, segment_size=8192, cq_entries_per_file=16,
+                      retention_check_interval_s=1.0, clock=clock,
+                      disk_probe=lambda _: 0.0)  # fmt: skip
+    store = MessageStore.open(cfg)
+    for i in range(600):
+        store.put_nowait(MessageToStore("T", 0, b"m%d" % i))
+    store.checkpoint()
+    old = base - 100 * 3600
+    starts = store.log.segment_starts[:2]
+    age(cfg, store, 2, old, base)
+    storage = Storage(store)
+    with trio.move_on_after(1.5):  # autojump: one retention round at t = 1 s
+        await storage.run_retention()
+    assert store.log.min_offset == store.log.segment_starts[0] > starts[1]
     store.close()
