@@ -15,7 +15,7 @@ from functools import partial
 import trio
 
 # Registering the processors is a side effect of importing them.
-import broker.processors  # noqa: F401
+import broker.remoting.processors  # noqa: F401
 from broker.config import BrokerConfig
 from broker.consumers import ConsumerManager
 from broker.context import BrokerContext
@@ -27,8 +27,8 @@ from broker.pop.hub import PopHub, WakeMode
 from broker.pop.service import PopService
 from broker.prometheus import open_prometheus
 from broker.registration import Registrar
+from broker.remoting.server import handle_connection
 from broker.schedule import SCHEDULE_TOPIC
-from broker.server import handle_connection
 from broker.storage import Storage, serve_storage
 from broker.store.store import MessageStore
 from broker.timers import SCHEDULE_QUEUES, TimerService

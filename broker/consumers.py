@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from broker.connection import Connection
+from broker.remoting.connection import Connection
 from protocol.bodies.heartbeat import ConsumerData, HeartbeatData, SubscriptionData
 from protocol.codes import RequestCode
 from protocol.command import request

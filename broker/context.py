@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 import trio
 
 from broker.config import BrokerConfig
-from broker.connection import Connection
 from broker.consumers import ConsumerManager
 from broker.locks import RebalanceLocks
 from broker.longpoll import PullHub
 from broker.metrics import MetricsWriter
+from broker.remoting.connection import Connection
 from broker.storage import Storage
 from broker.store.store import MessageStore
 from broker.timers import TimerService

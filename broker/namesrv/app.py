@@ -1,10 +1,11 @@
 """``serve_namesrv``: one name-server process — listener, route table, expiry scan.
 
 Connections are served with the broker's machinery: the same frame decoder, the same
-:class:`~broker.connection.Connection` and writer task, the same malformed-input answers
-(``broker.server.answer_malformed``), and a :class:`~broker.dispatch.Registry` of its own
-(:data:`broker.namesrv.processors.NAMESRV`). No name-server request waits for anything but
-a small file write, so requests run in the reader task, in order.
+:class:`~broker.remoting.connection.Connection` and writer task, the same malformed-input
+answers (``broker.remoting.server.answer_malformed``), and a
+:class:`~broker.remoting.dispatch.Registry` of its own
+(:data:`broker.namesrv.processors.NAMESRV`). No name-server request waits for anything but a
+small file write, so requests run in the reader task, in order.
 
 Several name servers never talk to each other (as in RocketMQ): each knows what the brokers
 told it, and brokers register with all of them.
@@ -17,14 +18,14 @@ from functools import partial
 
 import trio
 
-from broker.connection import Connection, run_writer
 from broker.logs import get_logger
 from broker.namesrv.config import NamesrvConfig
 from broker.namesrv.context import NamesrvContext
 from broker.namesrv.kv import KVConfig
 from broker.namesrv.processors import NAMESRV
 from broker.namesrv.routes import RouteTable
-from broker.server import RECEIVE_SIZE, answer_malformed, peer_of
+from broker.remoting.connection import Connection, run_writer
+from broker.remoting.server import RECEIVE_SIZE, answer_malformed, peer_of
 from broker.store.files import read_optional
 from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError

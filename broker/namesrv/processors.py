@@ -9,11 +9,11 @@ registry. Answers and remarks follow RocketMQ's ``DefaultRequestProcessor``.
 
 from __future__ import annotations
 
-from broker.connection import Connection
-from broker.dispatch import Registry
 from broker.logs import get_logger
 from broker.namesrv.context import NamesrvContext
 from broker.namesrv.routes import Registration
+from broker.remoting.connection import Connection
+from broker.remoting.dispatch import Registry
 from protocol.bodies.namesrv import (
     NAMESPACE_ORDER_TOPIC_CONFIG,
     KVTable,

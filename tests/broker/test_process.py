@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from broker.config import BrokerConfig
-from broker.dispatch import PROCESSORS
+from broker.remoting.dispatch import PROCESSORS
 from broker.store.api import GetStatus
 from broker.store.store import MessageStore
 from protocol.codes import RequestCode, ResponseCode

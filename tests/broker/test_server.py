@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from broker.dispatch import PROCESSORS
+from broker.remoting.dispatch import PROCESSORS
 from protocol.batch import BatchEntry, encode_batch
 from protocol.bodies.consumer import GetConsumerListByGroupResponseBody
 from protocol.bodies.heartbeat import (

@@ -14,9 +14,9 @@ import itertools
 import time
 from collections.abc import Mapping
 
-from broker.connection import Connection
 from broker.context import BrokerContext
-from broker.dispatch import processor
+from broker.remoting.connection import Connection
+from broker.remoting.dispatch import processor
 from broker.schedule import DELAY_PROPERTIES, SCHEDULE_TOPIC, delivery_time
 from broker.store.api import MessageToStore, PutResult, PutStatus
 from broker.topics import DEFAULT_TOPIC

@@ -17,10 +17,10 @@ from __future__ import annotations
 import time
 from importlib import metadata
 
-from broker.connection import Connection
 from broker.context import BrokerContext
-from broker.dispatch import processor
-from broker.processors.offsets import commit_offset
+from broker.remoting.connection import Connection
+from broker.remoting.dispatch import processor
+from broker.remoting.processors.offsets import commit_offset
 from protocol.bodies.admin import ConsumerOffsetSerializeWrapper, KVTable, ResetOffsetBody
 from protocol.bodies.consumer import MessageQueue
 from protocol.bodies.route import BrokerData, ClusterInfo, TopicList

@@ -6,9 +6,9 @@ GET_CONSUME_STATS (208, consumer progress: broker offset vs committed offset per
 
 from __future__ import annotations
 
-from broker.connection import Connection
 from broker.context import BrokerContext
-from broker.dispatch import processor
+from broker.remoting.connection import Connection
+from broker.remoting.dispatch import processor
 from protocol.bodies.broker import (
     ConsumeStats,
     OffsetWrapper,

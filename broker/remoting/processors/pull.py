@@ -24,10 +24,10 @@ from collections.abc import Mapping
 
 import trio
 
-from broker.connection import Connection
 from broker.context import BrokerContext
-from broker.dispatch import processor
-from broker.processors.offsets import commit_offset
+from broker.remoting.connection import Connection
+from broker.remoting.dispatch import processor
+from broker.remoting.processors.offsets import commit_offset
 from broker.store.api import GetResult, GetStatus
 from protocol.bodies.heartbeat import EXPRESSION_TAG, SUB_ALL
 from protocol.bodies.route import is_readable

@@ -12,12 +12,12 @@ journal failure is a ``SYSTEM_ERROR`` and the message stays in flight.
 
 from __future__ import annotations
 
-from broker.connection import Connection
 from broker.context import BrokerContext
 from broker.deadlines import now_ms
-from broker.dispatch import processor
 from broker.pop.inflight import LeaseKey, Outcome
-from broker.processors.pop import pop_service
+from broker.remoting.connection import Connection
+from broker.remoting.dispatch import processor
+from broker.remoting.processors.pop import pop_service
 from protocol.bodies.ack import BatchAckMessageRequestBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand

@@ -1,7 +1,7 @@
 """The TCP side: accept connections, decode frames, run requests, write replies.
 
 One nursery per connection owns its writer task and one task per request (see
-``broker.connection``). Malformed input never crashes anything: a bad header in a
+``broker.remoting.connection``). Malformed input never crashes anything: a bad header in a
 well-delimited frame or an oversize frame whose header could be read is answered with an
 error on its opaque and the connection stays open; broken framing closes the connection, as
 RocketMQ's Netty decoder does.
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import trio
 
-from broker.connection import Connection, run_writer
 from broker.context import BrokerContext
-from broker.dispatch import dispatch, may_wait
 from broker.logs import get_logger
+from broker.remoting.connection import Connection, run_writer
+from broker.remoting.dispatch import dispatch, may_wait
 from protocol.codes import SerializeType
 from protocol.command import FLAG_RESPONSE, RemotingCommand
 from protocol.errors import FrameTooLargeError, HeaderError, ProtocolError

@@ -6,9 +6,9 @@ RocketMQ does, so that ali-ons finds the retry route when its consumer starts.
 
 from __future__ import annotations
 
-from broker.connection import Connection
 from broker.context import BrokerContext
-from broker.dispatch import processor
+from broker.remoting.connection import Connection
+from broker.remoting.dispatch import processor
 from protocol.bodies.consumer import GetConsumerListByGroupResponseBody
 from protocol.bodies.heartbeat import HeartbeatData, MessageModel
 from protocol.codes import RequestCode

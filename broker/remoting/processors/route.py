@@ -6,9 +6,9 @@ Unknown topics answer ``TOPIC_NOT_EXIST`` like a name server does; producers the
 
 from __future__ import annotations
 
-from broker.connection import Connection
 from broker.context import BrokerContext
-from broker.dispatch import processor
+from broker.remoting.connection import Connection
+from broker.remoting.dispatch import processor
 from protocol.bodies.route import BrokerData, QueueData, TopicRouteData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand

@@ -20,8 +20,8 @@ from protocol.command import RemotingCommand
 from protocol.errors import EncodeError, TrimqError
 
 if TYPE_CHECKING:
-    from broker.connection import Connection
     from broker.context import BrokerContext
+    from broker.remoting.connection import Connection
 
 Ctx = TypeVar("Ctx")
 #: ``async def handle(ctx, conn, cmd)``, generic in the server's context type.
@@ -85,7 +85,7 @@ class Registry(Generic[Ctx]):
         return None if cmd.is_oneway else reply
 
 
-#: The broker's processors (``broker.processors`` registers them on import).
+#: The broker's processors (``broker.remoting.processors`` registers them on import).
 BROKER: Registry[BrokerContext] = Registry("broker")
 PROCESSORS = BROKER.handlers
 PARKING = BROKER.parking

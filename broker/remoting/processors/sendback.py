@@ -11,10 +11,10 @@ maximum (the client's ``maxReconsumeTimes`` or 16), or with a negative level, it
 
 from __future__ import annotations
 
-from broker.connection import Connection
 from broker.context import BrokerContext
-from broker.dispatch import processor
-from broker.processors.send import store_message
+from broker.remoting.connection import Connection
+from broker.remoting.dispatch import processor
+from broker.remoting.processors.send import store_message
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import BrokerError, RecordError

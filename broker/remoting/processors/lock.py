@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import trio
 
-from broker.connection import Connection
 from broker.context import BrokerContext
-from broker.dispatch import processor
+from broker.remoting.connection import Connection
+from broker.remoting.dispatch import processor
 from protocol.bodies.consumer import (
     LockBatchRequestBody,
     LockBatchResponseBody,

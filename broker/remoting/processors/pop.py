@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import trio
 
-from broker.connection import Connection
 from broker.context import BrokerContext
 from broker.deadlines import now_ms
-from broker.dispatch import processor
 from broker.metrics import EventKind
 from broker.pop.reader import MAX_POP_MESSAGES, REVIVE_QID, PopRequest, PopResult
 from broker.pop.service import PopService
-from broker.processors.pull import check_expression_type, check_readable, parse_tags
+from broker.remoting.connection import Connection
+from broker.remoting.dispatch import processor
+from broker.remoting.processors.pull import check_expression_type, check_readable, parse_tags
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import BrokerError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.processors import (
+from broker.remoting.processors import (
     ack,
     admin,
     client,

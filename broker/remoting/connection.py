@@ -1,7 +1,7 @@
 """One client connection: many requests in flight, replies written as they are ready.
 
-Theory of operation: the reader (``broker.server``) decodes frames and starts one task per
-request in the connection's nursery, so a parked long poll never holds up the requests
+Theory of operation: the reader (``broker.remoting.server``) decodes frames and starts one task
+per request in the connection's nursery, so a parked long poll never holds up the requests
 behind it. Every reply goes through a bounded channel to one writer task, which encodes and
 sends whatever has queued up in one ``send_all`` (fewer syscalls under load). When the
 channel is full, handlers wait: a slow reader slows only its own connection (back-pressure).

@@ -15,9 +15,9 @@ Queue-offset queries on a queue that never held a message answer 0, like RocketM
 
 from __future__ import annotations
 
-from broker.connection import Connection
 from broker.context import BrokerContext
-from broker.dispatch import processor
+from broker.remoting.connection import Connection
+from broker.remoting.dispatch import processor
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import BrokerError, RecordError
