@@ -15,25 +15,15 @@ from functools import partial
 import trio
 
 # Registering the processors is a side effect of importing them.
-import broker.remoting.processors  # noqa: F401
+from broker.clock import SYSTEM_CLOCK, Clock, DiskProbe, disk_used_ratio
 from broker.config import BrokerConfig
-from broker.consumers import ConsumerManager
 from broker.context import BrokerContext
-from broker.deadlines import DeadlineLoop
+from broker.core.broker import Broker, open_broker
 from broker.logs import get_logger
-from broker.longpoll import Arrivals, PullHub
-from broker.metrics import MetricsWriter
-from broker.pop.hub import PopHub, WakeMode
-from broker.pop.service import PopService
 from broker.prometheus import open_prometheus
 from broker.registration import Registrar
+from broker.remoting.processors import build_registry
 from broker.remoting.server import handle_connection
-from broker.schedule import SCHEDULE_TOPIC
-from broker.storage import Storage, serve_storage
-from broker.store.store import MessageStore
-from broker.timers import SCHEDULE_QUEUES, TimerService
-from broker.topics import TopicManager
-from protocol.naming import V1RetryNames
 
 _log = get_logger("broker")
 #: How long a stop waits for requests in flight before cutting connections.
@@ -47,104 +37,72 @@ class BrokerHandle:
     port: int
     address: str
     ctx: BrokerContext
-    _cancel: trio.CancelScope
+    _stop: trio.Event
+    _stopped: trio.Event
     #: Keeps the broker registered with its name servers (None without ``namesrv_addr``).
     registrar: Registrar | None = None
     #: Where Prometheus ``/metrics`` is served (None when ``prometheus_port`` is not set).
     prometheus_port: int | None = None
 
+    @property
+    def broker(self) -> Broker:
+        """The broker's services."""
+        return self.ctx.broker
+
     async def stop(self) -> None:
-        """Graceful stop: leave the name servers' routes, answer parked polls, drain, then
-        let ``serve_broker`` close the store (flush + clean checkpoint)."""
-        if self.registrar is not None:
-            await self.registrar.stop()
-        self.ctx.shutting_down.set()
-        self.ctx.pull_hub.wake_all()
-        if self.ctx.pop is not None:
-            self.ctx.pop.hub.wake_all()
-        for _ in range(int(DRAIN_SECONDS / 0.01)):  # bounded: at most DRAIN_SECONDS
-            if self.ctx.drained():
-                break
-            await trio.sleep(0.01)
-        self._cancel.cancel()
+        """Graceful stop (see the module docstring); returns once the store is closed."""
+        self._stop.set()
+        await self._stopped.wait()
 
 
-def open_pop(
-    config: BrokerConfig,
-    storage: Storage,
-    topics: TopicManager,
-    hub: PopHub,
-    v1_names: V1RetryNames,
-    metrics: MetricsWriter,
-) -> PopService:
-    """Recover the pop in-flight state (``<data-dir>/pop``) and wire the pop service."""
-    return PopService.open(
-        config.data_dir / "pop",
-        storage,
-        topics,
-        hub,
-        broker_name=config.broker_name,
-        retry_v2=config.retry_naming == "v2",
-        max_reconsume=lambda group: config.max_reconsume_times,
-        fsync=config.flush == "sync",
-        metrics=metrics,
-        v1_names=v1_names,
-    )
+async def _drain(ctx: BrokerContext) -> None:
+    """Wait (bounded by the caller's deadline) until no request runs and every reply left."""
+    while not ctx.drained():  # bounded by the caller's cancel scope  # noqa: ASYNC110
+        await trio.sleep(0.01)
 
 
 async def serve_broker(
-    config: BrokerConfig, *, task_status: trio.TaskStatus[BrokerHandle] = trio.TASK_STATUS_IGNORED
+    config: BrokerConfig,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    disk_probe: DiskProbe = disk_used_ratio,
+    task_status: trio.TaskStatus[BrokerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a broker until cancelled or stopped; the store is always closed cleanly."""
     listeners = await trio.open_tcp_listeners(config.port, host=config.host)
     port = listeners[0].socket.getsockname()[1]
-    address = config.advertised(port)
-    hub = PullHub()
-    v1_names = V1RetryNames()
-    pop_hub = PopHub(WakeMode(config.wake_mode), v1_owner=v1_names.owner)
-    store = MessageStore.open(config.store_config(port), Arrivals(hub, pop_hub))
-    topics = TopicManager(config.data_dir / "config" / "topics.json",
-                          default_queue_nums=config.default_queue_nums)  # fmt: skip
-    for topic, queue_ids in store.topics().items():
-        topics.ensure_queues(topic, max(queue_ids) + 1)
-    async with trio.open_nursery() as outer:
-        storage = await outer.start(serve_storage, store)
-        ctx = BrokerContext(config, store, storage, topics, ConsumerManager(), hub, address)
-        ctx.metrics = MetricsWriter(config.metrics_dir or config.data_dir / "metrics",
-                                    broker=config.broker_name,
-                                    wake_mode=lambda: pop_hub.wake_mode.value)  # fmt: skip
-        deadlines = DeadlineLoop()
-        ctx.timers = TimerService(storage, topics, config.data_dir / "config" / "schedule.json")
-        ctx.timers.poke = deadlines.poke
-        topics.ensure_queues(SCHEDULE_TOPIC, SCHEDULE_QUEUES)
-        ctx.timers.load()
-        storage.before_checkpoint.append(ctx.timers.before_checkpoint)
-        ctx.pop = open_pop(config, storage, topics, pop_hub, v1_names, ctx.metrics)
-        ctx.pop.revive.poke = deadlines.poke
-        storage.before_checkpoint.append(ctx.pop.before_checkpoint)
-        deadlines.add(ctx.timers)
-        deadlines.add(ctx.pop.revive)
-        prometheus = open_prometheus(config.host, config.prometheus_port, ctx.metrics)
-        with trio.CancelScope() as scope:
-            async with prometheus as prometheus_port, trio.open_nursery() as nursery:
-                nursery.start_soon(deadlines.run)
-                nursery.start_soon(ctx.metrics.run)
-                await nursery.start(
+    stop, stopped = trio.Event(), trio.Event()
+    try:
+        async with open_broker(config, port=port, clock=clock, disk_probe=disk_probe) as broker:
+            ctx = BrokerContext(broker, build_registry())
+            prometheus = open_prometheus(config.host, config.prometheus_port, broker.metrics)
+            async with prometheus as prometheus_port, trio.open_nursery() as front:
+                await front.start(
                     partial(trio.serve_listeners, partial(handle_connection, ctx), listeners)
                 )
                 registrar = None
                 if config.namesrv_addr:
-                    registrar = Registrar(config, topics, address)
-                    topics.on_change = registrar.poke
-                    nursery.start_soon(registrar.run)
-                _log.info("broker started", address=address, port=port,
+                    registrar = Registrar(config, broker.topics, broker.address)
+                    broker.topics.subscribe(registrar.poke)
+                    front.start_soon(registrar.run)
+                _log.info("broker started", address=broker.address, port=port,
                           data_dir=str(config.data_dir), flush=config.flush,
                           namesrv_addr=config.namesrv_addr)  # fmt: skip
                 task_status.started(
-                    BrokerHandle(port, address, ctx, scope, registrar, prometheus_port)
+                    BrokerHandle(
+                        port, broker.address, ctx, stop, stopped, registrar, prometheus_port
+                    )
                 )
-        hub.wake_all()
-        pop_hub.wake_all()
-        outer.cancel_scope.cancel()  # serve_storage flushes, snapshots pop state, closes
-    ctx.pop.close()
-    _log.info("broker stopped", address=address)
+                await stop.wait()
+                # The one stop path: leave the name servers' routes, answer parked polls,
+                # let requests in flight finish (bounded), then close the connections.
+                if registrar is not None:
+                    await registrar.stop()
+                broker.shutting_down.set()
+                broker.wake_parked()
+                with trio.move_on_after(DRAIN_SECONDS):
+                    await _drain(ctx)
+                front.cancel_scope.cancel()
+    finally:
+        stopped.set()
+    _log.info("broker stopped", address=f"{config.host}:{port}")

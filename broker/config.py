@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from broker.clock import SYSTEM_CLOCK, Clock, DiskProbe, disk_used_ratio
 from broker.store.api import FlushMode
 from broker.store.config import StoreConfig
 
@@ -92,10 +93,18 @@ class BrokerConfig:
                 raise ConfigError(f"namesrv_addr: {addr!r} is not HOST:PORT")
         return addrs
 
-    def store_config(self, bound_port: int) -> StoreConfig:
+    def store_config(
+        self,
+        bound_port: int,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        disk_probe: DiskProbe = disk_used_ratio,
+    ) -> StoreConfig:
         """The storage engine's settings (the store host is the advertised address)."""
         host, port = self.advertised(bound_port).rsplit(":", 1)
         return StoreConfig(
+            clock=clock,
+            disk_probe=disk_probe,
             data_dir=self.data_dir,
             segment_size=self.segment_size,
             flush_mode=FlushMode(self.flush),

@@ -1,50 +1,41 @@
-"""What every processor can reach: configuration, store, topics, clients, long polling."""
+"""What a Remoting processor is handed: the complete :class:`~broker.core.broker.Broker` plus
+the Remoting server's own bookkeeping (connections, requests in flight).
+
+The forwarding properties keep the processors' ``ctx.store`` / ``ctx.topics`` … readable while
+they are turned into thin adapters over ``broker.core``; every one of them forwards to a
+service that always exists (nothing here is ``Optional``).
+"""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import trio
 
 from broker.config import BrokerConfig
 from broker.consumers import ConsumerManager
+from broker.core.broker import Broker
 from broker.locks import RebalanceLocks
 from broker.longpoll import PullHub
 from broker.metrics import MetricsWriter
+from broker.pop.service import PopService
 from broker.remoting.connection import Connection
+from broker.remoting.dispatch import Registry
 from broker.storage import Storage
 from broker.store.store import MessageStore
 from broker.timers import TimerService
-
-if TYPE_CHECKING:
-    from broker.pop.service import PopService
 from broker.topics import TopicManager
 
 
-@dataclass
+@dataclass(eq=False)
 class BrokerContext:
-    """Shared broker state, owned by :func:`broker.app.serve_broker`."""
+    """The broker and the Remoting server's connection bookkeeping."""
 
-    config: BrokerConfig
-    store: MessageStore
-    storage: Storage
-    topics: TopicManager
-    consumers: ConsumerManager
-    pull_hub: PullHub
-    #: ``host:port`` this broker puts into routes.
-    address: str
-    timers: TimerService | None = None
-    pop: PopService | None = None
-    metrics: MetricsWriter | None = None
-    shutting_down: trio.Event = field(default_factory=trio.Event)
-    rebalance_locks: RebalanceLocks = field(default_factory=RebalanceLocks)
+    broker: Broker
+    registry: Registry[BrokerContext]
     open_connections: set[Connection] = field(default_factory=set)
     connections: int = 0
     in_flight: int = 0
-    #: Wall-clock time the broker started, epoch seconds (runtime info).
-    started_at: float = field(default_factory=time.time)
 
     def drained(self) -> bool:
         """No request is running and every reply has been handed to its socket."""
@@ -52,3 +43,69 @@ class BrokerContext:
             c.send_channel.statistics().current_buffer_used == 0 and not c.write_lock.locked()
             for c in self.open_connections
         )
+
+    # ------------------------------------------------------------------ forwarding
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's settings."""
+        return self.broker.config
+
+    @property
+    def address(self) -> str:
+        """``host:port`` put into routes."""
+        return self.broker.address
+
+    @property
+    def store(self) -> MessageStore:
+        """The storage engine."""
+        return self.broker.store
+
+    @property
+    def storage(self) -> Storage:
+        """The store's trio facade (durable puts)."""
+        return self.broker.storage
+
+    @property
+    def topics(self) -> TopicManager:
+        """The topic table."""
+        return self.broker.topics
+
+    @property
+    def consumers(self) -> ConsumerManager:
+        """Connected clients and their groups."""
+        return self.broker.consumers
+
+    @property
+    def pull_hub(self) -> PullHub:
+        """Parked pulls."""
+        return self.broker.pull_hub
+
+    @property
+    def pop(self) -> PopService:
+        """The pop service."""
+        return self.broker.pop
+
+    @property
+    def timers(self) -> TimerService:
+        """Delayed and timer messages."""
+        return self.broker.timers
+
+    @property
+    def metrics(self) -> MetricsWriter:
+        """Latency events."""
+        return self.broker.metrics
+
+    @property
+    def rebalance_locks(self) -> RebalanceLocks:
+        """Orderly consumers' queue locks."""
+        return self.broker.rebalance_locks
+
+    @property
+    def shutting_down(self) -> trio.Event:
+        """Set when the broker stops."""
+        return self.broker.shutting_down
+
+    @property
+    def started_at(self) -> float:
+        """Start time, epoch seconds."""
+        return self.broker.started_at

@@ -11,16 +11,34 @@ slow disk never delays another source's deadline.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Protocol
 
 import trio
 
+from broker.clock import SYSTEM_CLOCK, Clock
+
 
 def now_ms() -> int:
-    """Wall clock in epoch milliseconds (deadlines are epoch ms: they survive restarts)."""
-    return time.time_ns() // 1_000_000
+    """The system wall clock in epoch milliseconds (deadlines are epoch ms: they survive
+    restarts). Components take a :class:`~broker.clock.Clock`; this is their default."""
+    return SYSTEM_CLOCK.now_ms()
+
+
+class TrioWallClock(Clock):
+    """A wall clock that advances with trio's clock: epoch ``origin_ms`` at trio time 0.
+
+    Under ``trio.testing.MockClock`` (``autojump_clock``) leases, revive and delivery
+    deadlines then move exactly as the waits do, so timing tests need no real-time margins.
+    Call only from the trio thread.
+    """
+
+    def __init__(self, origin_ms: float) -> None:
+        self._origin_ns = int(origin_ms * 1_000_000)
+
+    def time_ns(self) -> int:
+        """``origin + trio.current_time()`` in epoch nanoseconds."""
+        return self._origin_ns + int(trio.current_time() * 1e9)
 
 
 class DeadlineSource(Protocol):
@@ -36,16 +54,11 @@ class DeadlineSource(Protocol):
 class DeadlineLoop:
     """Sleeps until the earliest deadline of its sources (see the module docstring)."""
 
-    def __init__(self, clock_ms: Callable[[], int] = now_ms) -> None:
-        self.clock_ms = clock_ms
-        self.sources: list[DeadlineSource] = []
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
+        self.sources: Sequence[DeadlineSource] = ()
         self._changed = trio.Event()
         self.rounds = 0
-
-    def add(self, source: DeadlineSource) -> None:
-        """Serve ``source`` from now on."""
-        self.sources.append(source)
-        self.poke()
 
     def poke(self) -> None:
         """A source has a new (maybe earlier) deadline: recompute the sleep."""
@@ -56,20 +69,23 @@ class DeadlineLoop:
         deadlines = [d for s in self.sources if (d := s.next_deadline_ms()) is not None]
         return min(deadlines, default=None)
 
-    async def run(self) -> None:
-        """Serve deadlines until cancelled."""
+    async def run(self, sources: Sequence[DeadlineSource]) -> None:
+        """Serve the deadlines of ``sources`` until cancelled. (The sources are given here,
+        not to the constructor, because each is built with this loop's :meth:`poke`.)"""
+        self.sources = tuple(sources)
         async with trio.open_nursery() as nursery:
             while True:
                 deadline = self.next_deadline_ms()
                 # A float "now": the integer clock floors it, which made every sleep start
                 # up to 1 ms late (measured in the seed experiment).
-                now = self.clock_ms() if self.clock_ms is not now_ms else time.time_ns() / 1e6
-                wait_s = float("inf") if deadline is None else (deadline - now) / 1000
+                wait_s = (
+                    float("inf") if deadline is None else (deadline - self.clock.now_ms_f()) / 1000
+                )
                 if wait_s > 0:
                     with trio.move_on_after(wait_s):
                         await self._changed.wait()
                 self._changed = trio.Event()
-                now = self.clock_ms()
+                now = self.clock.now_ms()
                 for source in self.sources:
                     due = source.next_deadline_ms()
                     if due is not None and due <= now:

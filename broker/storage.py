@@ -42,10 +42,6 @@ class Storage:
         self._wake = trio.Event()
         self.fsyncs = 0
         self._swept: tuple[int, int] | None = None  # (year, day) of the last scheduled run
-        #: Called on the main thread before each checkpoint; each returns a blocking writer
-        #: run in the worker thread before the checkpoint file (state that must never be
-        #: older than the checkpoint, such as the timer service's progress).
-        self.before_checkpoint: list[Callable[[], Callable[[], None]]] = []
 
     async def put(self, msg: MessageToStore) -> PutResult:
         """Store one message; in SYNC mode return only once it is durable.
@@ -138,10 +134,11 @@ class Storage:
             self._wake = trio.Event()
             await self.flush_once()
 
-    async def checkpoint_once(self) -> None:
-        """Advance the recovery checkpoint (fsyncs in a worker thread)."""
+    async def checkpoint_once(self, hooks: Sequence[CheckpointHook] = ()) -> None:
+        """Advance the recovery checkpoint (fsyncs in a worker thread), first running the
+        writers ``hooks`` return (see :data:`CheckpointHook`)."""
         store = self.store
-        writers = [hook() for hook in self.before_checkpoint]
+        writers = [hook() for hook in hooks]
 
         def sync(ticket: CheckpointTicket) -> None:
             for write in writers:
@@ -166,28 +163,46 @@ class Storage:
             await trio.sleep(self.store.config.retention_check_interval_s)
             self.retention_once(self.store.config.clock.now_s())
 
-    async def run_checkpointer(self) -> None:
+    async def run_checkpointer(self, hooks: Sequence[CheckpointHook] = ()) -> None:
         """Checkpoint loop."""
         while True:
             await trio.sleep(self.store.config.checkpoint_interval_s)
-            await self.checkpoint_once()
+            await self.checkpoint_once(hooks)
+
+    async def serve(
+        self,
+        hooks: Sequence[CheckpointHook] = (),
+        *,
+        task_status: trio.TaskStatus[Storage] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run the flusher, checkpointer and retention tasks until cancelled; then flush,
+        run ``hooks`` a last time and close the store cleanly (shielded). Started with
+        itself."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.run_flusher)
+                nursery.start_soon(self.run_checkpointer, hooks)
+                nursery.start_soon(self.run_retention)
+                task_status.started(self)
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.flush_once()
+                for hook in hooks:
+                    hook()()
+                self.store.close()
+
+
+#: Called on the trio thread before each checkpoint; returns a blocking writer that runs in
+#: the worker thread before the checkpoint file is written (state that must never be older
+#: than the checkpoint, such as the timer service's progress or the pop journal's snapshot).
+CheckpointHook = Callable[[], Callable[[], None]]
 
 
 async def serve_storage(
-    store: MessageStore, *, task_status: trio.TaskStatus[Storage] = trio.TASK_STATUS_IGNORED
+    store: MessageStore,
+    hooks: Sequence[CheckpointHook] = (),
+    *,
+    task_status: trio.TaskStatus[Storage] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the flusher and checkpointer for ``store`` until cancelled; then flush, checkpoint
-    and close it cleanly."""
-    storage = Storage(store)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(storage.run_flusher)
-            nursery.start_soon(storage.run_checkpointer)
-            nursery.start_soon(storage.run_retention)
-            task_status.started(storage)
-    finally:
-        with trio.CancelScope(shield=True):
-            await storage.flush_once()
-            for hook in storage.before_checkpoint:
-                hook()()
-            store.close()
+    """Run a :class:`Storage` over ``store`` until cancelled (see :meth:`Storage.serve`)."""
+    await Storage(store).serve(hooks, task_status=task_status)

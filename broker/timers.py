@@ -56,6 +56,7 @@ class TimerService:
         path: Path,
         *,
         clock_ms: Callable[[], int] = _now_ms,
+        poke: Callable[[], None] = lambda: None,
     ) -> None:
         self.storage = storage
         self.store = storage.store
@@ -63,8 +64,8 @@ class TimerService:
         self.path = path
         self.clock_ms = clock_ms
         self.schedule = Schedule()
-        #: Tells the deadline loop about a new deadline (set by :class:`DeadlineLoop`).
-        self.poke: Callable[[], None] = lambda: None
+        #: Tells the deadline loop about a new deadline.
+        self.poke = poke
         self._in_flight: dict[tuple[int, int], int] = {}  # (queue, offset) -> copy's end
         self.delivered = 0
 

@@ -9,10 +9,10 @@ when ``auto_create_topic`` is on, as a RocketMQ broker with ``autoCreateTopicEna
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+from broker.clock import SYSTEM_CLOCK, Clock
 from broker.store.files import atomic_write, read_optional
 from protocol.bodies.broker import DataVersion, TopicConfig, TopicConfigSerializeWrapper
 from protocol.bodies.route import PERM_INHERIT, PERM_READ, PERM_WRITE
@@ -26,13 +26,14 @@ PERM_READ_WRITE = PERM_READ | PERM_WRITE
 class TopicManager:
     """Topic name → :class:`TopicConfig`, persisted."""
 
-    def __init__(self, path: Path, *, default_queue_nums: int) -> None:
+    def __init__(self, path: Path, *, default_queue_nums: int, clock: Clock = SYSTEM_CLOCK) -> None:
         self.path = path
         self.default_queue_nums = default_queue_nums
+        self.clock = clock
         self._topics: dict[str, TopicConfig] = {}
-        self._version = DataVersion(timestamp=int(time.time() * 1000), counter=0)
+        self._version = DataVersion(timestamp=clock.now_ms(), counter=0)
         #: Called after every change (the name-server registrar re-registers at once).
-        self.on_change: Callable[[], None] | None = None
+        self._listeners: list[Callable[[], None]] = []
         self._load()
         if DEFAULT_TOPIC not in self._topics:
             self._topics[DEFAULT_TOPIC] = TopicConfig(
@@ -55,15 +56,20 @@ class TopicManager:
 
     def _persist(self) -> None:
         self._version = DataVersion(
-            timestamp=int(time.time() * 1000),
+            timestamp=self.clock.now_ms(),
             counter=self._version.counter + 1,
             state_version=self._version.state_version,
         )
         wrapper = TopicConfigSerializeWrapper(dict(self._topics), self._version)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, wrapper.to_json())
-        if self.on_change is not None:
-            self.on_change()
+        for listener in self._listeners:
+            listener()
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every change from now on (the name-server registrar, which
+        needs the topic table itself, so it cannot be built before it)."""
+        self._listeners.append(listener)
 
     @property
     def data_version(self) -> DataVersion:

@@ -36,14 +36,12 @@ from protocol.headers.route import (
     UnRegisterBrokerRequestHeader,
 )
 
-NAMESRV: Registry[NamesrvContext] = Registry("namesrv")
 _log = get_logger("namesrv")
 #: RocketMQ points clients at this page when a topic has no route.
 _FAQ = "See http://rocketmq.apache.org/docs/faq/ for further details."
 
 
 # ------------------------------------------------------------------ brokers
-@NAMESRV.processor(RequestCode.REGISTER_BROKER)
 async def register_broker(
     ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -84,7 +82,6 @@ async def register_broker(
     return cmd.response(ext_fields=reply.to_ext(), body=KVTable(order).to_json() if order else b"")
 
 
-@NAMESRV.processor(RequestCode.UNREGISTER_BROKER)
 async def unregister_broker(
     ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -97,7 +94,6 @@ async def unregister_broker(
 
 
 # ------------------------------------------------------------------ routes
-@NAMESRV.processor(RequestCode.GET_ROUTEINFO_BY_TOPIC)
 async def get_route(ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """The topic's queues and brokers, or TOPIC_NOT_EXIST."""
     header = GetRouteInfoRequestHeader.from_ext(cmd.ext_fields)
@@ -111,7 +107,6 @@ async def get_route(ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand)
     return cmd.response(body=route.to_json())
 
 
-@NAMESRV.processor(RequestCode.GET_BROKER_CLUSTER_INFO)
 async def cluster_info(
     ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -119,7 +114,6 @@ async def cluster_info(
     return cmd.response(body=ctx.routes.cluster_info().to_json())
 
 
-@NAMESRV.processor(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
 async def all_topics(
     ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -127,7 +121,6 @@ async def all_topics(
     return cmd.response(body=TopicList(tuple(ctx.routes.topics())).to_json())
 
 
-@NAMESRV.processor(RequestCode.GET_TOPICS_BY_CLUSTER)
 async def topics_by_cluster(
     ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -138,7 +131,6 @@ async def topics_by_cluster(
 
 
 # ------------------------------------------------------------------ KV config
-@NAMESRV.processor(RequestCode.PUT_KV_CONFIG)
 async def put_kv(ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Set one key (and persist the table when it has a file)."""
     h = PutKVConfigRequestHeader.from_ext(cmd.ext_fields)
@@ -147,7 +139,6 @@ async def put_kv(ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand) ->
     return cmd.response()
 
 
-@NAMESRV.processor(RequestCode.GET_KV_CONFIG)
 async def get_kv(ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """One value, or QUERY_NOT_FOUND."""
     h = GetKVConfigRequestHeader.from_ext(cmd.ext_fields)
@@ -159,7 +150,6 @@ async def get_kv(ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand) ->
     return cmd.response(ext_fields=GetKVConfigResponseHeader(value=value).to_ext())
 
 
-@NAMESRV.processor(RequestCode.DELETE_KV_CONFIG)
 async def delete_kv(ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Remove one key (success whether or not it existed, as in RocketMQ)."""
     h = DeleteKVConfigRequestHeader.from_ext(cmd.ext_fields)
@@ -168,7 +158,6 @@ async def delete_kv(ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand)
     return cmd.response()
 
 
-@NAMESRV.processor(RequestCode.GET_KVLIST_BY_NAMESPACE)
 async def kv_list(ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Every key of a namespace as a KVTable, or QUERY_NOT_FOUND."""
     h = GetKVListByNamespaceRequestHeader.from_ext(cmd.ext_fields)
@@ -178,3 +167,17 @@ async def kv_list(ctx: NamesrvContext, conn: Connection, cmd: RemotingCommand) -
             ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace}"
         )
     return cmd.response(body=KVTable(table).to_json())
+
+
+#: Every request code the name server serves (one explicit table).
+NAMESRV: Registry[NamesrvContext] = Registry("namesrv")
+NAMESRV.register((RequestCode.REGISTER_BROKER,), register_broker)
+NAMESRV.register((RequestCode.UNREGISTER_BROKER,), unregister_broker)
+NAMESRV.register((RequestCode.GET_ROUTEINFO_BY_TOPIC,), get_route)
+NAMESRV.register((RequestCode.GET_BROKER_CLUSTER_INFO,), cluster_info)
+NAMESRV.register((RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,), all_topics)
+NAMESRV.register((RequestCode.GET_TOPICS_BY_CLUSTER,), topics_by_cluster)
+NAMESRV.register((RequestCode.PUT_KV_CONFIG,), put_kv)
+NAMESRV.register((RequestCode.GET_KV_CONFIG,), get_kv)
+NAMESRV.register((RequestCode.DELETE_KV_CONFIG,), delete_kv)
+NAMESRV.register((RequestCode.GET_KVLIST_BY_NAMESPACE,), kv_list)

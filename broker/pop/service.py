@@ -49,21 +49,23 @@ class PopService:
         broker_name: str,
         retry_v2: bool,
         max_reconsume: Callable[[str], int],
+        v1_names: V1RetryNames,
+        metrics: MetricsWriter,
+        poke: Callable[[], None],
+        clock_ms: Callable[[], int],
         fsync: bool = False,
-        metrics: MetricsWriter | None = None,
-        v1_names: V1RetryNames | None = None,
     ) -> PopService:
-        """Recover the table from ``directory`` and wire the parts together."""
+        """Recover the table from ``directory`` and build the parts. ``v1_names`` is the
+        hub's too (one owner table); ``poke`` tells the deadline loop of an earlier revive
+        deadline."""
         journal, recovered = Journal.open(directory, fsync=fsync)
-        table = InflightTable()
+        table = InflightTable(on_op=journal.append)  # replay below does not journal again
         if recovered.state is not None:
             table.restore(recovered.state)
         for op in recovered.ops:
             table.apply(op)
-        table.on_op = journal.append
         if recovered.torn_tail_bytes:
             _log.warning("pop journal had a torn tail", bytes=recovered.torn_tail_bytes)
-        v1_names = v1_names if v1_names is not None else V1RetryNames()
         reader = PopReader(
             storage.store,
             topics,
@@ -80,6 +82,8 @@ class PopService:
             retry_topic=reader.retry_topic,
             max_reconsume=max_reconsume,
             metrics=metrics,
+            poke=poke,
+            clock_ms=clock_ms,
         )
         _log.info(
             "pop state recovered",

@@ -1,9 +1,9 @@
 """Request dispatch: a registry keyed by request code, one module per request family.
 
 A handler is ``async def handle(ctx, conn, cmd) -> RemotingCommand | None``; ``None`` means
-"no reply" (only for oneway requests). Each server has its own :class:`Registry` (the broker
-:data:`BROKER`, the name server its own in ``broker.namesrv.processors``); families register
-themselves with its ``processor`` decorator. :meth:`Registry.dispatch` maps unknown codes to
+"no reply" (only for oneway requests). Each server builds its own :class:`Registry` from an
+explicit table (the broker's in ``broker.remoting.processors``, the name server's in
+``broker.namesrv.processors``). :meth:`Registry.dispatch` maps unknown codes to
 ``REQUEST_CODE_NOT_SUPPORTED`` and errors to codes: a :class:`~protocol.errors.TrimqError`
 carries its own code (a malformed header field is ``INVALID_PARAMETER`` naming the field),
 anything else is a ``SYSTEM_ERROR`` and is logged.
@@ -11,16 +11,15 @@ anything else is a ``SYSTEM_ERROR`` and is logged.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from broker.logs import get_logger
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import EncodeError, TrimqError
+from protocol.errors import TrimqError
 
 if TYPE_CHECKING:
-    from broker.context import BrokerContext
     from broker.remoting.connection import Connection
 
 Ctx = TypeVar("Ctx")
@@ -40,24 +39,28 @@ class Registry(Generic[Ctx]):
         #: Codes whose handler stores messages: in SYNC mode they wait for an fsync.
         self.storing: set[int] = set()
 
-    def processor(
-        self, *codes: int, parks: bool = False, stores: bool = False
-    ) -> Callable[[Handler[Ctx]], Handler[Ctx]]:
-        """Register the decorated handler for ``codes``; ``parks``: it may hold the request
-        (a long poll); ``stores``: it waits for durability in SYNC mode."""
+    def register(
+        self,
+        codes: Iterable[int],
+        handler: Handler[Ctx],
+        *,
+        parks: bool = False,
+        stores: bool = False,
+    ) -> None:
+        """Serve ``codes`` with ``handler``; ``parks``: it may hold the request (a long
+        poll); ``stores``: it waits for durability in SYNC mode.
 
-        def register(handler: Handler[Ctx]) -> Handler[Ctx]:
-            for code in codes:
-                if code in self.handlers and self.handlers[code] is not handler:
-                    raise ValueError(f"{self.name}: request code {code} already has a processor")
-                self.handlers[int(code)] = handler
-                if parks:
-                    self.parking.add(int(code))
-                if stores:
-                    self.storing.add(int(code))
-            return handler
-
-        return register
+        Raises:
+            ValueError: a code already has another handler (a table with a duplicate row).
+        """
+        for code in codes:
+            if code in self.handlers and self.handlers[code] is not handler:
+                raise ValueError(f"{self.name}: request code {code} already has a processor")
+            self.handlers[int(code)] = handler
+            if parks:
+                self.parking.add(int(code))
+            if stores:
+                self.storing.add(int(code))
 
     def may_wait(self, code: int, *, sync: bool) -> bool:
         """Whether a request with ``code`` may wait long enough to need a task of its own."""
@@ -76,20 +79,10 @@ class Registry(Generic[Ctx]):
         else:
             try:
                 reply = await handler(ctx, conn, cmd)
-            except (TrimqError, EncodeError) as exc:
+            except TrimqError as exc:  # EncodeError included
                 reply = cmd.response(exc.code, str(exc))
             except Exception as exc:  # a handler bug must cost one request, not the connection
                 _log.exception("processor failed", server=self.name, code=cmd.code,
                                opaque=cmd.opaque)  # fmt: skip
                 reply = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
         return None if cmd.is_oneway else reply
-
-
-#: The broker's processors (``broker.remoting.processors`` registers them on import).
-BROKER: Registry[BrokerContext] = Registry("broker")
-PROCESSORS = BROKER.handlers
-PARKING = BROKER.parking
-STORING = BROKER.storing
-processor = BROKER.processor
-may_wait = BROKER.may_wait
-dispatch = BROKER.dispatch

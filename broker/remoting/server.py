@@ -14,7 +14,6 @@ import trio
 from broker.context import BrokerContext
 from broker.logs import get_logger
 from broker.remoting.connection import Connection, run_writer
-from broker.remoting.dispatch import dispatch, may_wait
 from protocol.codes import SerializeType
 from protocol.command import FLAG_RESPONSE, RemotingCommand
 from protocol.errors import FrameTooLargeError, HeaderError, ProtocolError
@@ -89,7 +88,7 @@ async def _run_requests(
             return True
         if cmd.is_response:
             continue  # answers to our oneway notifications: nothing to do
-        if may_wait(cmd.code, sync=sync):
+        if ctx.registry.may_wait(cmd.code, sync=sync):
             nursery.start_soon(_run_request, ctx, conn, cmd)
         else:
             # The last request of a burst writes its reply itself; earlier ones queue theirs
@@ -102,7 +101,7 @@ async def _run_request(
 ) -> None:
     ctx.in_flight += 1
     try:
-        reply = await dispatch(ctx, conn, cmd)
+        reply = await ctx.registry.dispatch(ctx, conn, cmd)
         if reply is not None:
             await conn.send(reply, direct=direct)
     finally:

@@ -39,7 +39,7 @@ async def test_pop_ack_and_ack_again(tmp_path: Path) -> None:
             assert "already acked" in (again.remark or "")
             reply, rest = await pop(client, "g", "T")  # nothing left, no hold
             assert reply.code == ResponseCode.POLLING_TIMEOUT and rest == []
-            assert len(broker.ctx.pop.table) == 0  # type: ignore[union-attr]
+            assert len(broker.ctx.pop.table) == 0
 
 
 async def test_parked_pop_is_woken_by_a_new_message(tmp_path: Path) -> None:
@@ -117,7 +117,7 @@ async def test_change_invisible_time_moves_the_deadline_and_staleness(tmp_path: 
             assert reply.code == ResponseCode.SUCCESS and newer is not None
             assert newer.receipt.pop_time_ms >= p.receipt.pop_time_ms
             await trio.sleep(0.6)  # past the old deadline: not revived
-            assert broker.ctx.pop.revive.revived == 0  # type: ignore[union-attr]
+            assert broker.ctx.pop.revive.revived == 0
             stale = await ack(client, "g", p)
             assert stale.code == ResponseCode.NO_MESSAGE and "stale" in (stale.remark or "")
             assert (await ack(client, "g", newer)).code == ResponseCode.SUCCESS
@@ -166,10 +166,10 @@ async def test_batch_ack(tmp_path: Path) -> None:
             _, got = await pop(client, "g", "T")
             reply = await batch_ack(client, "g", got[:3])
             assert reply.code == ResponseCode.SUCCESS and reply.remark is None
-            assert len(broker.ctx.pop.table) == 1  # type: ignore[union-attr]
+            assert len(broker.ctx.pop.table) == 1
             reply = await batch_ack(client, "g", got)  # three of four no longer in flight
             assert reply.code == ResponseCode.SUCCESS and reply.remark == "3 not in flight"
-            assert len(broker.ctx.pop.table) == 0  # type: ignore[union-attr]
+            assert len(broker.ctx.pop.table) == 0
 
 
 async def test_tag_filter(tmp_path: Path) -> None:
@@ -197,7 +197,7 @@ async def test_dlq_after_max_reconsume_times(tmp_path: Path) -> None:
             _, (r,) = await pop(client, "g", "T", invisible_ms=200, poll_ms=3_000)
             assert r.msg.reconsume_times == 1
             for _ in range(300):  # bounded: the second expiry dead-letters it
-                if broker.ctx.pop.revive.dead_lettered:  # type: ignore[union-attr]
+                if broker.ctx.pop.revive.dead_lettered:
                     break
                 await trio.sleep(0.01)
             got = broker.ctx.store.get("%DLQ%g", 0, 0, 8)
@@ -248,7 +248,7 @@ async def test_two_groups_only_the_failing_one_gets_retries_and_wakeups(tmp_path
                     nursery.start_soon(consume, client, "A", 5_000)
                     nursery.start_soon(consume, other, "B", 1_500)
             assert results == {"A": [b"shared"], "B": []}
-            hub = broker.ctx.pop.hub.stats()  # type: ignore[union-attr]
+            hub = broker.ctx.pop.hub.stats()
             assert hub["groups"].get("B", {}).get("wakeups", 0) == 0
             assert hub["wasted_wakeups"] == 0
 
@@ -290,7 +290,7 @@ async def test_unacked_messages_survive_a_graceful_restart(tmp_path: Path) -> No
             _, got = await pop(client, "g", "T", invisible_ms=1_500)
             assert (await ack(client, "g", got[0])).code == ResponseCode.SUCCESS
         async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
-            assert len(broker.ctx.pop.table) == 2  # type: ignore[union-attr]
+            assert len(broker.ctx.pop.table) == 2
             # the receipt from before the restart still acks
             assert (await ack(client, "g", got[1])).code == ResponseCode.SUCCESS
             _, back = await pop(client, "g", "T", poll_ms=5_000)

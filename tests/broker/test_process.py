@@ -22,7 +22,7 @@ import pytest
 import trio
 
 from broker.config import BrokerConfig
-from broker.remoting.dispatch import PROCESSORS
+from broker.remoting.processors import build_registry
 from broker.store.api import GetStatus
 from broker.store.store import MessageStore
 from protocol.codes import RequestCode, ResponseCode
@@ -217,7 +217,7 @@ async def test_sigterm_stops_gracefully_and_messages_survive_a_restart(tmp_path:
             async with open_client(broker.port) as client:
                 route = await client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
                 assert route.code == ResponseCode.SUCCESS
-                if RequestCode.PULL_MESSAGE in PROCESSORS:
+                if RequestCode.PULL_MESSAGE in build_registry().handlers:
                     reply = await client.request(pull(topic, 0))
                     assert reply.code == ResponseCode.SUCCESS, reply.remark
                     (msg,) = decode_records(reply.body)

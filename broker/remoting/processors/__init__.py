@@ -1,7 +1,13 @@
-"""Request processors, one module per family; importing this package registers them all."""
+"""The broker's Remoting processors: one module per request family, registered here in one
+explicit table (as RocketMQ's ``BrokerController.registerProcessor`` lists them), not by
+import side effects."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from broker.context import BrokerContext
+from broker.remoting.dispatch import Handler, Registry
 from broker.remoting.processors import (
     ack,
     admin,
@@ -16,18 +22,74 @@ from broker.remoting.processors import (
     send,
     sendback,
 )
+from protocol.codes import RequestCode
 
-__all__ = [
-    "ack",
-    "admin",
-    "client",
-    "cluster",
-    "lock",
-    "offsets",
-    "pop",
-    "pull",
-    "query",
-    "route",
-    "send",
-    "sendback",
-]
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One row of the table: request codes, their handler, and how it runs."""
+
+    codes: tuple[int, ...]
+    handler: Handler[BrokerContext]
+    #: It may hold the request (a long poll): always its own task.
+    parks: bool = False
+    #: It waits for durability in SYNC flush mode: its own task there.
+    stores: bool = False
+
+
+#: Every request code the broker serves.
+TABLE: tuple[Entry, ...] = (
+    Entry((RequestCode.ACK_MESSAGE,), ack.ack_message),
+    Entry((RequestCode.BATCH_ACK_MESSAGE,), ack.batch_ack_message),
+    Entry((RequestCode.CHANGE_MESSAGE_INVISIBLETIME,), ack.change_invisible_time),
+    Entry((RequestCode.UPDATE_AND_CREATE_TOPIC,), admin.create_topic),
+    Entry((RequestCode.DELETE_TOPIC_IN_BROKER,), admin.delete_topic),
+    Entry((RequestCode.GET_TOPIC_STATS_INFO,), admin.topic_stats),
+    Entry((RequestCode.GET_CONSUME_STATS,), admin.consume_stats),
+    Entry((RequestCode.HEART_BEAT,), client.heartbeat),
+    Entry((RequestCode.UNREGISTER_CLIENT,), client.unregister),
+    Entry((RequestCode.GET_CONSUMER_LIST_BY_GROUP,), client.consumer_list),
+    Entry((RequestCode.GET_BROKER_CLUSTER_INFO,), cluster.cluster_info),
+    Entry((RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,), cluster.topic_list),
+    Entry((RequestCode.GET_BROKER_RUNTIME_INFO,), cluster.broker_runtime_info),
+    Entry((RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,), cluster.reset_offset),
+    Entry((RequestCode.GET_ALL_CONSUMER_OFFSET,), cluster.all_consumer_offsets),
+    Entry((RequestCode.LOCK_BATCH_MQ,), lock.lock_batch),
+    Entry((RequestCode.UNLOCK_BATCH_MQ,), lock.unlock_batch),
+    Entry((RequestCode.QUERY_CONSUMER_OFFSET,), offsets.query_consumer_offset),
+    Entry((RequestCode.UPDATE_CONSUMER_OFFSET,), offsets.update_consumer_offset),
+    Entry((RequestCode.GET_MAX_OFFSET,), offsets.get_max_offset),
+    Entry((RequestCode.GET_MIN_OFFSET,), offsets.get_min_offset),
+    Entry((RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,), offsets.search_offset_by_timestamp),
+    Entry((RequestCode.GET_EARLIEST_MSG_STORETIME,), offsets.get_earliest_msg_storetime),
+    Entry((RequestCode.POP_MESSAGE,), pop.pop_message, parks=True),
+    Entry(
+        (
+            RequestCode.PULL_MESSAGE,
+            RequestCode.LITE_PULL_MESSAGE,
+        ),
+        pull.pull_message,
+        parks=True,
+    ),
+    Entry((RequestCode.VIEW_MESSAGE_BY_ID,), query.view_message_by_id),
+    Entry((RequestCode.QUERY_MESSAGE,), query.query_message),
+    Entry((RequestCode.GET_ROUTEINFO_BY_TOPIC,), route.get_route),
+    Entry(
+        (
+            RequestCode.SEND_MESSAGE,
+            RequestCode.SEND_MESSAGE_V2,
+        ),
+        send.send_message,
+        stores=True,
+    ),
+    Entry((RequestCode.SEND_BATCH_MESSAGE,), send.send_batch, stores=True),
+    Entry((RequestCode.CONSUMER_SEND_MSG_BACK,), sendback.send_back, stores=True),
+)
+
+
+def build_registry() -> Registry[BrokerContext]:
+    """A registry holding :data:`TABLE`."""
+    registry: Registry[BrokerContext] = Registry("broker")
+    for entry in TABLE:
+        registry.register(entry.codes, entry.handler, parks=entry.parks, stores=entry.stores)
+    return registry

@@ -16,10 +16,9 @@ from broker.context import BrokerContext
 from broker.deadlines import now_ms
 from broker.pop.inflight import LeaseKey, Outcome
 from broker.remoting.connection import Connection
-from broker.remoting.dispatch import processor
 from broker.remoting.processors.pop import pop_service
 from protocol.bodies.ack import BatchAckMessageRequestBody
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import BrokerError, ReceiptError
 from protocol.headers.pop import (
@@ -86,7 +85,6 @@ def journaled(what: str) -> BrokerError:
     )
 
 
-@processor(RequestCode.ACK_MESSAGE)
 async def ack_message(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -103,7 +101,6 @@ async def ack_message(
     return cmd.response()
 
 
-@processor(RequestCode.BATCH_ACK_MESSAGE)
 async def batch_ack_message(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -135,7 +132,6 @@ async def batch_ack_message(
     return cmd.response(remark=f"{skipped} not in flight" if skipped else None)
 
 
-@processor(RequestCode.CHANGE_MESSAGE_INVISIBLETIME)
 async def change_invisible_time(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:

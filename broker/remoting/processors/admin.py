@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from broker.context import BrokerContext
 from broker.remoting.connection import Connection
-from broker.remoting.dispatch import processor
 from protocol.bodies.broker import (
     ConsumeStats,
     OffsetWrapper,
@@ -18,7 +17,7 @@ from protocol.bodies.broker import (
     TopicStatsTable,
 )
 from protocol.bodies.consumer import MessageQueue
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import BrokerError
 from protocol.headers.admin import (
@@ -34,7 +33,6 @@ from protocol.properties import decode_properties
 MAX_QUEUE_NUMS = 1024
 
 
-@processor(RequestCode.UPDATE_AND_CREATE_TOPIC)
 async def create_topic(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -62,7 +60,6 @@ async def create_topic(
     return cmd.response()
 
 
-@processor(RequestCode.DELETE_TOPIC_IN_BROKER)
 async def delete_topic(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -84,7 +81,6 @@ def _queues(ctx: BrokerContext, topic: str) -> list[MessageQueue]:
     return [MessageQueue(topic, name, q) for q in range(config.read_queue_nums)]
 
 
-@processor(RequestCode.GET_TOPIC_STATS_INFO)
 async def topic_stats(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -100,7 +96,6 @@ async def topic_stats(
     return cmd.response(body=TopicStatsTable(table).to_json())
 
 
-@processor(RequestCode.GET_CONSUME_STATS)
 async def consume_stats(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:

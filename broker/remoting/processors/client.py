@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from broker.context import BrokerContext
 from broker.remoting.connection import Connection
-from broker.remoting.dispatch import processor
 from protocol.bodies.consumer import GetConsumerListByGroupResponseBody
 from protocol.bodies.heartbeat import HeartbeatData, MessageModel
-from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.headers.client import (
     GetConsumerListByGroupRequestHeader,
@@ -20,7 +18,6 @@ from protocol.headers.client import (
 from protocol.naming import retry_topic, validate_group
 
 
-@processor(RequestCode.HEART_BEAT)
 async def heartbeat(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Register the client's producer and consumer groups on this connection."""
     data = HeartbeatData.from_json(cmd.body)
@@ -33,7 +30,6 @@ async def heartbeat(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand) 
     return cmd.response()
 
 
-@processor(RequestCode.UNREGISTER_CLIENT)
 async def unregister(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """The client leaves the groups it names (an empty group name means none)."""
     header = UnregisterClientRequestHeader.from_ext(cmd.ext_fields)
@@ -43,7 +39,6 @@ async def unregister(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand)
     return cmd.response()
 
 
-@processor(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
 async def consumer_list(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:

@@ -19,7 +19,6 @@ from importlib import metadata
 
 from broker.context import BrokerContext
 from broker.remoting.connection import Connection
-from broker.remoting.dispatch import processor
 from broker.remoting.processors.offsets import commit_offset
 from protocol.bodies.admin import ConsumerOffsetSerializeWrapper, KVTable, ResetOffsetBody
 from protocol.bodies.consumer import MessageQueue
@@ -42,7 +41,6 @@ def _version() -> str:
         return "unknown"
 
 
-@processor(RequestCode.GET_BROKER_CLUSTER_INFO)
 async def cluster_info(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -55,7 +53,6 @@ async def cluster_info(
     return cmd.response(body=info.to_json())
 
 
-@processor(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
 async def topic_list(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Every topic of this broker, system topics included (as a name server lists them)."""
     return cmd.response(body=TopicList(tuple(sorted(ctx.topics.names()))).to_json())
@@ -103,7 +100,6 @@ def runtime_info(ctx: BrokerContext, now_s: float) -> dict[str, str]:
     }
 
 
-@processor(RequestCode.GET_BROKER_RUNTIME_INFO)
 async def broker_runtime_info(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -182,7 +178,6 @@ def tell_clients(ctx: BrokerContext, header: ResetOffsetRequestHeader, body: byt
     return len(sent)
 
 
-@processor(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET)
 async def reset_offset(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -195,7 +190,6 @@ async def reset_offset(
     return cmd.response(body=body)
 
 
-@processor(RequestCode.GET_ALL_CONSUMER_OFFSET)
 async def all_consumer_offsets(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:

@@ -9,17 +9,14 @@ import trio
 
 from broker.context import BrokerContext
 from broker.remoting.connection import Connection
-from broker.remoting.dispatch import processor
 from protocol.bodies.consumer import (
     LockBatchRequestBody,
     LockBatchResponseBody,
     UnlockBatchRequestBody,
 )
-from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 
 
-@processor(RequestCode.LOCK_BATCH_MQ)
 async def lock_batch(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Lock the requested queues for the client; answer the ones it now holds."""
     body = LockBatchRequestBody.from_json(cmd.body)
@@ -29,7 +26,6 @@ async def lock_batch(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand)
     return cmd.response(body=LockBatchResponseBody(tuple(granted)).to_json())
 
 
-@processor(RequestCode.UNLOCK_BATCH_MQ)
 async def unlock_batch(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from broker.context import BrokerContext
 from broker.remoting.connection import Connection
-from broker.remoting.dispatch import processor
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import BrokerError, RecordError
 from protocol.headers.offsets import (
@@ -72,7 +71,6 @@ def check_queue(ctx: BrokerContext, topic: str, queue_id: int) -> None:
         )
 
 
-@processor(RequestCode.QUERY_CONSUMER_OFFSET)
 async def query_consumer_offset(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -97,7 +95,6 @@ async def query_consumer_offset(
     return cmd.response(ext_fields=reply.to_ext())
 
 
-@processor(RequestCode.UPDATE_CONSUMER_OFFSET)
 async def update_consumer_offset(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -108,7 +105,6 @@ async def update_consumer_offset(
     return cmd.response()
 
 
-@processor(RequestCode.GET_MAX_OFFSET)
 async def get_max_offset(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -122,7 +118,6 @@ async def get_max_offset(
     return cmd.response(ext_fields=GetMaxOffsetResponseHeader(offset=offset).to_ext())
 
 
-@processor(RequestCode.GET_MIN_OFFSET)
 async def get_min_offset(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -147,7 +142,6 @@ def search_offset(ctx: BrokerContext, header: SearchOffsetRequestHeader) -> int:
     return after - 1 if after > lower else lower
 
 
-@processor(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
 async def search_offset_by_timestamp(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -171,7 +165,6 @@ def earliest_store_time(ctx: BrokerContext, topic: str, queue_id: int) -> int:
         return -1
 
 
-@processor(RequestCode.GET_EARLIEST_MSG_STORETIME)
 async def get_earliest_msg_storetime(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:

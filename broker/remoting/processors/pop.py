@@ -20,9 +20,8 @@ from broker.metrics import EventKind
 from broker.pop.reader import MAX_POP_MESSAGES, REVIVE_QID, PopRequest, PopResult
 from broker.pop.service import PopService
 from broker.remoting.connection import Connection
-from broker.remoting.dispatch import processor
 from broker.remoting.processors.pull import check_expression_type, check_readable, parse_tags
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import BrokerError
 from protocol.headers.pop import PopMessageRequestHeader, PopMessageResponseHeader
@@ -103,7 +102,6 @@ def hold_seconds(ctx: BrokerContext, header: PopMessageRequestHeader) -> float:
     return max(0, min(header.poll_time, ctx.config.suspend_max_ms)) / 1000
 
 
-@processor(RequestCode.POP_MESSAGE, parks=True)
 async def pop_message(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:

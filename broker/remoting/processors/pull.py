@@ -26,12 +26,11 @@ import trio
 
 from broker.context import BrokerContext
 from broker.remoting.connection import Connection
-from broker.remoting.dispatch import processor
 from broker.remoting.processors.offsets import commit_offset
 from broker.store.api import GetResult, GetStatus
 from protocol.bodies.heartbeat import EXPRESSION_TAG, SUB_ALL
 from protocol.bodies.route import is_readable
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import BrokerError
 from protocol.headers.pull import PullMessageRequestHeader, PullMessageResponseHeader
@@ -203,7 +202,6 @@ def hold_seconds(ctx: BrokerContext, header: PullMessageRequestHeader) -> float:
 
 # LITE_PULL_MESSAGE (361) carries the same header and is served by the same processor class in
 # RocketMQ (its own thread pool there, which trio does not need).
-@processor(RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE, parks=True)
 async def pull_message(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:

@@ -14,8 +14,7 @@ import time
 
 from broker.context import BrokerContext
 from broker.remoting.connection import Connection
-from broker.remoting.dispatch import processor
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers.admin import (
     QueryMessageRequestHeader,
@@ -32,7 +31,6 @@ DEFAULT_QUERY_MAX_NUM = 32
 MAX_QUERY_NUM = 64
 
 
-@processor(RequestCode.VIEW_MESSAGE_BY_ID)
 async def view_message_by_id(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -54,7 +52,6 @@ def query_limit(cmd: RemotingCommand, header: QueryMessageRequestHeader) -> int:
     return min(max(header.max_num, 1), MAX_QUERY_NUM)
 
 
-@processor(RequestCode.QUERY_MESSAGE)
 async def query_message(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from broker.context import BrokerContext
 from broker.remoting.connection import Connection
-from broker.remoting.dispatch import processor
 from protocol.bodies.route import BrokerData, QueueData, TopicRouteData
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers.route import GetRouteInfoRequestHeader
 
@@ -35,7 +34,6 @@ def route_of(ctx: BrokerContext, topic: str) -> TopicRouteData | None:
     )
 
 
-@processor(RequestCode.GET_ROUTEINFO_BY_TOPIC)
 async def get_route(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Answer a route query for a topic this broker holds."""
     header = GetRouteInfoRequestHeader.from_ext(cmd.ext_fields)

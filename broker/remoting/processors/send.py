@@ -16,13 +16,12 @@ from collections.abc import Mapping
 
 from broker.context import BrokerContext
 from broker.remoting.connection import Connection
-from broker.remoting.dispatch import processor
 from broker.schedule import DELAY_PROPERTIES, SCHEDULE_TOPIC, delivery_time
 from broker.store.api import MessageToStore, PutResult, PutStatus
 from broker.topics import DEFAULT_TOPIC
 from protocol.batch import decode_batch
 from protocol.bodies.broker import TopicConfig
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import BrokerError
 from protocol.headers.registry import decode_request_header
@@ -177,7 +176,6 @@ async def store_message(
     return result, scheduled[0]
 
 
-@processor(RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, stores=True)
 async def send_message(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
@@ -195,7 +193,6 @@ async def send_message(
     return _reply(cmd, result, queue_id)
 
 
-@processor(RequestCode.SEND_BATCH_MESSAGE, stores=True)
 async def send_batch(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Store every message of a batch in one queue; msgIds and UNIQ_KEYs comma-joined."""
     header = decode_request_header(cmd)

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from broker.context import BrokerContext
 from broker.remoting.connection import Connection
-from broker.remoting.dispatch import processor
 from broker.remoting.processors.send import store_message
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import BrokerError, RecordError
 from protocol.headers.send import ConsumerSendMsgBackRequestHeader
@@ -30,7 +29,6 @@ from protocol.properties import (
 )
 
 
-@processor(RequestCode.CONSUMER_SEND_MSG_BACK, stores=True)
 async def send_back(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
     """Re-queue a failed message on the group's retry topic, or dead-letter it."""
     header = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)

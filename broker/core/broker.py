@@ -1,0 +1,183 @@
+"""``open_broker``: build one complete broker in dependency order, run its background tasks,
+and close it along one ordered path.
+
+Build order (each part gets everything it needs in its constructor; nothing is patched on
+afterwards): the deadline loop (its ``poke`` goes to the timer and revive services), the
+hubs, the store (recovered; its arrivals wake the hubs), topics, the storage facade, the
+metrics writer, the timer service, the pop service (journal replayed), then the core
+services over them. The :class:`Broker` is frozen: a front end holding one can reach every
+service, and none of them is ever missing.
+
+Background tasks live in one nursery owned here: storage (flusher, checkpoints with the
+timer and pop hooks, retention), the deadline loop, and the metrics writer. Leaving the
+``async with`` is the one stop path: answer every parked pull and pop (front ends see
+``shutting_down`` and stop parking), cancel the tasks; the storage task's shielded
+``finally`` flushes, runs the checkpoint hooks a last time (timer progress, pop snapshot)
+and closes the store; then the pop journal is closed. Front ends drain their own requests
+*before* leaving (see :func:`broker.app.serve_broker`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import trio
+
+from broker.clock import SYSTEM_CLOCK, Clock, DiskProbe, disk_used_ratio
+from broker.config import BrokerConfig
+from broker.consumers import ConsumerManager
+from broker.deadlines import DeadlineLoop
+from broker.locks import RebalanceLocks
+from broker.logs import get_logger
+from broker.longpoll import Arrivals, PullHub
+from broker.metrics import MetricsWriter
+from broker.pop.hub import PopHub, WakeMode
+from broker.pop.service import PopService
+from broker.schedule import SCHEDULE_TOPIC
+from broker.storage import Storage
+from broker.store.store import MessageStore
+from broker.timers import SCHEDULE_QUEUES, TimerService
+from broker.topics import TopicManager
+from protocol.naming import V1RetryNames
+
+_log = get_logger("broker")
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    """Every service of one running broker, fully built (see the module docstring)."""
+
+    config: BrokerConfig
+    clock: Clock
+    #: ``host:port`` this broker puts into routes and records.
+    address: str
+    store: MessageStore
+    storage: Storage
+    topics: TopicManager
+    consumers: ConsumerManager
+    pull_hub: PullHub
+    pop: PopService
+    timers: TimerService
+    metrics: MetricsWriter
+    rebalance_locks: RebalanceLocks
+    #: Set when the broker stops: front ends answer parked requests and park no more.
+    shutting_down: trio.Event
+    #: Wall-clock time the broker started, epoch seconds (runtime info).
+    started_at: float
+
+    def wake_parked(self) -> None:
+        """Answer every parked pull and pop now (they see ``shutting_down`` and return)."""
+        self.pull_hub.wake_all()
+        self.pop.hub.wake_all()
+
+
+def _open_topics(config: BrokerConfig, store: MessageStore, clock: Clock) -> TopicManager:
+    """The topic table, with every queue the store holds (a topic created before a crash
+    that lost ``topics.json`` keeps its queues) and the schedule topic."""
+    topics = TopicManager(
+        config.data_dir / "config" / "topics.json",
+        default_queue_nums=config.default_queue_nums,
+        clock=clock,
+    )
+    for topic, queue_ids in store.topics().items():
+        topics.ensure_queues(topic, max(queue_ids) + 1)
+    topics.ensure_queues(SCHEDULE_TOPIC, SCHEDULE_QUEUES)
+    return topics
+
+
+def _open_pop(
+    config: BrokerConfig,
+    storage: Storage,
+    topics: TopicManager,
+    parts: tuple[PopHub, V1RetryNames, MetricsWriter, DeadlineLoop],
+) -> PopService:
+    """Recover the pop in-flight state (``<data-dir>/pop``) and build the pop service."""
+    hub, v1_names, metrics, deadlines = parts
+    return PopService.open(
+        config.data_dir / "pop",
+        storage,
+        topics,
+        hub,
+        broker_name=config.broker_name,
+        retry_v2=config.retry_naming == "v2",
+        max_reconsume=lambda group: config.max_reconsume_times,
+        v1_names=v1_names,
+        metrics=metrics,
+        poke=deadlines.poke,
+        clock_ms=deadlines.clock.now_ms,
+        fsync=config.flush == "sync",
+    )
+
+
+@asynccontextmanager
+async def open_broker(
+    config: BrokerConfig,
+    *,
+    port: int,
+    clock: Clock = SYSTEM_CLOCK,
+    disk_probe: DiskProbe = disk_used_ratio,
+) -> AsyncIterator[Broker]:
+    """Open the store and every service of a broker whose front end listens on ``port``
+    (it goes into records and routes), run the background tasks while the block runs, and
+    close everything cleanly when it ends (see the module docstring)."""
+    deadlines = DeadlineLoop(clock)
+    pull_hub = PullHub()
+    v1_names = V1RetryNames()
+    pop_hub = PopHub(WakeMode(config.wake_mode), v1_owner=v1_names.owner)
+    store = MessageStore.open(
+        config.store_config(port, clock=clock, disk_probe=disk_probe), Arrivals(pull_hub, pop_hub)
+    )
+    storage = Storage(store)
+    try:
+        topics = _open_topics(config, store, clock)
+        metrics = MetricsWriter(
+            config.metrics_dir or config.data_dir / "metrics",
+            broker=config.broker_name,
+            wake_mode=lambda: pop_hub.wake_mode.value,
+            clock_ms=clock.now_ms_f,
+        )
+        timers = TimerService(
+            storage,
+            topics,
+            config.data_dir / "config" / "schedule.json",
+            clock_ms=clock.now_ms,
+            poke=deadlines.poke,
+        )
+        timers.load()
+        pop = _open_pop(config, storage, topics, (pop_hub, v1_names, metrics, deadlines))
+    except BaseException:
+        store.close()
+        raise
+    broker = Broker(
+        config=config,
+        clock=clock,
+        address=config.advertised(port),
+        store=store,
+        storage=storage,
+        topics=topics,
+        consumers=ConsumerManager(),
+        pull_hub=pull_hub,
+        pop=pop,
+        timers=timers,
+        metrics=metrics,
+        rebalance_locks=RebalanceLocks(),
+        shutting_down=trio.Event(),
+        started_at=clock.now_s(),
+    )
+    try:
+        async with trio.open_nursery() as nursery:
+            # Storage first: its shielded finally closes the store after the others stop.
+            await nursery.start(storage.serve, (timers.before_checkpoint, pop.before_checkpoint))
+            nursery.start_soon(deadlines.run, (timers, pop.revive))
+            nursery.start_soon(metrics.run)
+            try:
+                yield broker
+            finally:
+                broker.shutting_down.set()
+                broker.wake_parked()
+                nursery.cancel_scope.cancel()
+    finally:
+        pop.close()
+        _log.info("broker closed", address=broker.address)
