@@ -1,4 +1,5 @@
-"""trimq's sans-IO RocketMQ Remoting protocol: bytes in, commands out.
+"""trimq's sans-IO RocketMQ Remoting protocol: bytes in, commands out; one connection's state
+(opaques, pending replies, malformed-input answers) in :class:`RemotingConnection`.
 
 Standard library and msgpack only: no sockets, no trio, no anyio (checked by import-linter).
 """
@@ -13,6 +14,17 @@ from protocol.command import FLAG_ONEWAY as FLAG_ONEWAY
 from protocol.command import FLAG_RESPONSE as FLAG_RESPONSE
 from protocol.command import RemotingCommand as RemotingCommand
 from protocol.command import request as request
+from protocol.connection import NEED_DATA as NEED_DATA
+from protocol.connection import Closed as Closed
+from protocol.connection import Event as Event
+from protocol.connection import LocalProtocolError as LocalProtocolError
+from protocol.connection import Malformed as Malformed
+from protocol.connection import RemotingConnection as RemotingConnection
+from protocol.connection import Request as Request
+from protocol.connection import Response as Response
+from protocol.connection import Role as Role
+from protocol.connection import State as State
+from protocol.connection import UnsolicitedResponse as UnsolicitedResponse
 from protocol.errors import ProtocolError as ProtocolError
 from protocol.errors import TrimqError as TrimqError
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE as DEFAULT_MAX_FRAME_SIZE
@@ -23,14 +35,25 @@ __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "FLAG_ONEWAY",
     "FLAG_RESPONSE",
+    "NEED_DATA",
+    "Closed",
+    "Event",
     "FrameDecoder",
     "LanguageCode",
+    "LocalProtocolError",
+    "Malformed",
     "ProtocolError",
     "RemotingCommand",
+    "RemotingConnection",
+    "Request",
     "RequestCode",
+    "Response",
     "ResponseCode",
+    "Role",
     "SerializeType",
+    "State",
     "TrimqError",
+    "UnsolicitedResponse",
     "encode_command",
     "request",
 ]
