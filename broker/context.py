@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 import trio
 
 from broker.config import BrokerConfig
-from broker.consumers import ConsumerManager
 from broker.core.broker import Broker
-from broker.locks import RebalanceLocks
 from broker.longpoll import PullHub
 from broker.metrics import MetricsWriter
-from broker.pop.service import PopService
+from broker.pop.service import PopEngine
+from broker.remoting.channel import RemotingChannel
 from broker.remoting.connection import Connection
 from broker.remoting.dispatch import Registry
 from broker.storage import Storage
@@ -36,6 +35,21 @@ class BrokerContext:
     open_connections: set[Connection] = field(default_factory=set)
     connections: int = 0
     in_flight: int = 0
+    #: The client registry's channel of each connection that sent a heartbeat.
+    channels: dict[Connection, RemotingChannel] = field(default_factory=dict)
+
+    def channel(self, conn: Connection) -> RemotingChannel:
+        """The connection's channel in the client registry, made on first use."""
+        found = self.channels.get(conn)
+        if found is None:
+            found = self.channels[conn] = RemotingChannel(conn, self.broker.config.broker_name)
+        return found
+
+    def connection_closed(self, conn: Connection) -> None:
+        """Every client on ``conn`` leaves its groups (their other members are told)."""
+        channel = self.channels.pop(conn, None)
+        if channel is not None:
+            self.broker.clients.channel_closed(channel)
 
     def drained(self) -> bool:
         """No request is running and every reply has been handed to its socket."""
@@ -71,17 +85,12 @@ class BrokerContext:
         return self.broker.topics
 
     @property
-    def consumers(self) -> ConsumerManager:
-        """Connected clients and their groups."""
-        return self.broker.consumers
-
-    @property
     def pull_hub(self) -> PullHub:
         """Parked pulls."""
         return self.broker.pull_hub
 
     @property
-    def pop(self) -> PopService:
+    def pop(self) -> PopEngine:
         """The pop service."""
         return self.broker.pop
 
@@ -94,11 +103,6 @@ class BrokerContext:
     def metrics(self) -> MetricsWriter:
         """Latency events."""
         return self.broker.metrics
-
-    @property
-    def rebalance_locks(self) -> RebalanceLocks:
-        """Orderly consumers' queue locks."""
-        return self.broker.rebalance_locks
 
     @property
     def shutting_down(self) -> trio.Event:

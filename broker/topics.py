@@ -15,9 +15,20 @@ from pathlib import Path
 from broker.clock import SYSTEM_CLOCK, Clock
 from broker.store.files import atomic_write, read_optional
 from protocol.bodies.broker import DataVersion, TopicConfig, TopicConfigSerializeWrapper
-from protocol.bodies.route import PERM_INHERIT, PERM_READ, PERM_WRITE
+from protocol.bodies.route import PERM_INHERIT, PERM_READ, PERM_WRITE, is_readable, is_writeable
 from protocol.errors import ProtocolError
 from protocol.naming import validate_topic
+
+# The topic table is kept in RocketMQ's own shapes (TopicConfig, the perm bits); core code
+# takes them from here, the one owner of topic state.
+__all__ = [
+    "DEFAULT_TOPIC",
+    "PERM_READ_WRITE",
+    "TopicConfig",
+    "TopicManager",
+    "is_readable",
+    "is_writeable",
+]
 
 DEFAULT_TOPIC = "TBW102"
 PERM_READ_WRITE = PERM_READ | PERM_WRITE

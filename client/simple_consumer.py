@@ -29,6 +29,7 @@ from protocol.bodies.heartbeat import (
     SubscriptionData,
 )
 from protocol.errors import BrokerError
+from protocol.filters import SUB_ALL, split_tags
 from protocol.naming import validate_group, validate_topic
 
 _EMPTY_SWEEP_PAUSE = 0.05
@@ -42,12 +43,8 @@ def consume_from_first(consume_from: str) -> bool:
 
 def subscription_data(topic: str, expression: str) -> SubscriptionData:
     """A TAG subscription as heartbeats announce it (``tagA || tagB`` or ``*``)."""
-    tags = (
-        ()
-        if expression.strip() in ("", "*")
-        else tuple(t.strip() for t in expression.split("||") if t.strip())
-    )
-    return SubscriptionData(topic=topic, sub_string=expression or "*", tags_set=tags)
+    tags = split_tags(expression) or ()
+    return SubscriptionData(topic=topic, sub_string=expression or SUB_ALL, tags_set=tags)
 
 
 class SimpleConsumer:

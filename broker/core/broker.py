@@ -28,13 +28,16 @@ import trio
 from broker.clock import SYSTEM_CLOCK, Clock, DiskProbe, disk_used_ratio
 from broker.config import BrokerConfig
 from broker.consumers import ConsumerManager
+from broker.core.pop import PopService as CorePopService
+from broker.core.pull import PullService
+from broker.core.send import SendPolicy, SendService
 from broker.deadlines import DeadlineLoop
 from broker.locks import RebalanceLocks
 from broker.logs import get_logger
 from broker.longpoll import Arrivals, PullHub
 from broker.metrics import MetricsWriter
 from broker.pop.hub import PopHub, WakeMode
-from broker.pop.service import PopService
+from broker.pop.service import PopEngine
 from broker.schedule import SCHEDULE_TOPIC
 from broker.storage import Storage
 from broker.store.store import MessageStore
@@ -58,10 +61,13 @@ class Broker:
     topics: TopicManager
     consumers: ConsumerManager
     pull_hub: PullHub
-    pop: PopService
+    pop: PopEngine
     timers: TimerService
     metrics: MetricsWriter
     rebalance_locks: RebalanceLocks
+    sends: SendService
+    pulls: PullService
+    pops: CorePopService
     #: Set when the broker stops: front ends answer parked requests and park no more.
     shutting_down: trio.Event
     #: Wall-clock time the broker started, epoch seconds (runtime info).
@@ -92,10 +98,10 @@ def _open_pop(
     storage: Storage,
     topics: TopicManager,
     parts: tuple[PopHub, V1RetryNames, MetricsWriter, DeadlineLoop],
-) -> PopService:
+) -> PopEngine:
     """Recover the pop in-flight state (``<data-dir>/pop``) and build the pop service."""
     hub, v1_names, metrics, deadlines = parts
-    return PopService.open(
+    return PopEngine.open(
         config.data_dir / "pop",
         storage,
         topics,
@@ -108,6 +114,14 @@ def _open_pop(
         poke=deadlines.poke,
         clock_ms=deadlines.clock.now_ms,
         fsync=config.flush == "sync",
+    )
+
+
+def _send_policy(config: BrokerConfig) -> SendPolicy:
+    return SendPolicy(
+        auto_create_topic=config.auto_create_topic,
+        max_reconsume_times=config.max_reconsume_times,
+        max_message_size=config.max_message_size,
     )
 
 
@@ -150,6 +164,7 @@ async def open_broker(
     except BaseException:
         store.close()
         raise
+    consumers, shutting_down = ConsumerManager(), trio.Event()
     broker = Broker(
         config=config,
         clock=clock,
@@ -157,13 +172,16 @@ async def open_broker(
         store=store,
         storage=storage,
         topics=topics,
-        consumers=ConsumerManager(),
+        consumers=consumers,
         pull_hub=pull_hub,
         pop=pop,
         timers=timers,
         metrics=metrics,
         rebalance_locks=RebalanceLocks(),
-        shutting_down=trio.Event(),
+        sends=SendService(_send_policy(config), topics, storage, timers, clock),
+        pulls=PullService(store, topics, pull_hub, consumers, shutting_down),
+        pops=CorePopService(pop, topics, clock, shutting_down),
+        shutting_down=shutting_down,
         started_at=clock.now_s(),
     )
     try:

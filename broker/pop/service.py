@@ -1,4 +1,4 @@
-"""The pop service: in-flight table + journal + reader + hub + revive, as the processors see it.
+"""The pop engine: in-flight table + journal + reader + hub + revive, as the processors see it.
 
 Opening it replays the journal (snapshot + ops since) into the table, so every unacked
 message of a crashed broker is still due for redelivery; every checkpoint of the store
@@ -7,7 +7,7 @@ rotates the journal onto a fresh snapshot, so replay stays short.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,14 +20,14 @@ from broker.pop.reader import PopReader, PopRequest, PopResult
 from broker.pop.revive import ReviveService
 from broker.storage import Storage
 from broker.topics import TopicManager
-from protocol.naming import V1RetryNames
+from protocol.naming import V1RetryNames, pop_retry_topic_v1, pop_retry_topic_v2
 from protocol.receipt import ExtraInfo
 
 _log = get_logger("pop")
 
 
 @dataclass
-class PopService:
+class PopEngine:
     """Everything pop (see the module docstring)."""
 
     table: InflightTable
@@ -54,7 +54,7 @@ class PopService:
         poke: Callable[[], None],
         clock_ms: Callable[[], int],
         fsync: bool = False,
-    ) -> PopService:
+    ) -> PopEngine:
         """Recover the table from ``directory`` and build the parts. ``v1_names`` is the
         hub's too (one owner table); ``poke`` tells the deadline loop of an earlier revive
         deadline."""
@@ -178,6 +178,63 @@ class PopService:
                 found=found,
                 reconsume_times=reconsume_times,
             )
+
+    # ------------------------------------------------------------------ topic state (admin)
+    def reset_cursor(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """An offset reset: move the group's pop cursor on a queue to ``offset``. A group that
+        never popped the queue has no cursor and starts from its committed offset anyway (the
+        reset moved that), so none is created."""
+        if self.table.cursor(group, topic, queue_id) is not None:
+            self.table.set_cursor(group, topic, queue_id, offset)
+
+    def retry_topics_of(self, topic: str) -> list[str]:
+        """The pop retry topics that may hold redeliveries of ``topic``: for every group that
+        popped it, the V2 name and the V1 name if that group owns it."""
+        groups = {group for group, name, _ in self.table.cursors if name == topic}
+        groups |= {
+            lease.group for lease in self.table.leases.values() if lease.origin_topic == topic
+        }
+        names: list[str] = []
+        for group in sorted(groups):
+            names.append(pop_retry_topic_v2(group, topic))
+            v1 = pop_retry_topic_v1(group, topic)
+            if self.v1_names.owner(v1) == (group, topic):
+                names.append(v1)
+        return names
+
+    def forget_topics(self, topics: Collection[str]) -> Callable[[], None]:
+        """Drop all pop state of deleted topics: leases read from them or redelivering their
+        messages, cursors, orderly locks, and the V1 retry names among them. Without this a
+        group's cursor outlives the topic, sits above a re-created queue's max offset, and
+        the group receives nothing until the new queue passes it.
+
+        The table has no journal op for a drop, so the drop is made durable the way a
+        checkpoint is: the journal rotates onto a snapshot taken now. Returns that
+        snapshot's writer (sync, then write; for a worker thread, as
+        :meth:`before_checkpoint`'s): until it has run, a crash brings the state back.
+
+        Raises:
+            OSError: the journal cannot rotate (the drop has happened in memory).
+        """
+        gone = frozenset(topics)
+        table = self.table
+        stale = [
+            key
+            for key, lease in table.leases.items()
+            if lease.topic in gone or lease.origin_topic in gone
+        ]
+        for key in stale:  # their deadline-heap entries go stale and are skipped
+            del table.leases[key]
+        for ref in [ref for ref in table.cursors if ref[1] in gone]:
+            del table.cursors[ref]
+        for ref in [ref for ref in table.locks if ref[1] in gone]:
+            del table.locks[ref]
+        for name in gone:
+            owner = self.v1_names.owner(name)
+            if owner is not None:
+                self.v1_names.unregister(*owner)
+        _log.info("pop state of deleted topics dropped", topics=sorted(gone), leases=len(stale))
+        return self.before_checkpoint()
 
     # ------------------------------------------------------------------ persistence
     def before_checkpoint(self) -> Callable[[], None]:

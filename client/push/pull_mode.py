@@ -46,6 +46,7 @@ from client.push.types import Outcome
 from protocol.bodies.consumer import MessageQueue
 from protocol.codes import ResponseCode
 from protocol.errors import TrimqError
+from protocol.filters import split_tags
 from protocol.naming import retry_topic
 
 _log = structlog.get_logger("trimq.client.push")
@@ -62,10 +63,8 @@ _ORDERLY_DROP_WAIT = 1.0
 
 def tag_matches(expression: str, tag: str | None) -> bool:
     """Client-side tag filter (the broker filters by tag hash, which can collide)."""
-    expression = expression.strip()
-    if expression in ("", "*"):
-        return True
-    return tag is not None and tag in {t.strip() for t in expression.split("||")}
+    tags = split_tags(expression)
+    return tags is None or (tag is not None and tag in tags)
 
 
 @dataclass(eq=False)

@@ -22,6 +22,7 @@ from enum import IntEnum
 from typing import Self
 
 from protocol.bodies._fields import INT32, Fields, JsonBody, as_int
+from protocol.filters import EXPRESSION_TAG, SUB_ALL
 
 
 class ConsumeType(IntEnum):
@@ -52,10 +53,7 @@ class ConsumeFromWhere(IntEnum):
     CONSUME_FROM_TIMESTAMP = 5
 
 
-#: ``SubscriptionData.SUB_ALL``: the expression that matches every tag.
-SUB_ALL = "*"
-#: ``ExpressionType.TAG``, the default filter language.
-EXPRESSION_TAG = "TAG"
+# SUB_ALL and EXPRESSION_TAG live with the tag syntax (protocol.filters); re-exported here.
 
 
 @dataclass(frozen=True, slots=True)

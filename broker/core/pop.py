@@ -1,0 +1,291 @@
+"""RocketMQ 5 pop, ack and change of invisible time, transport-neutral.
+
+Validation follows ``PopMessageProcessor`` (more than 32 messages, a missing topic or queue, a
+bad group name are refused with its codes); on top, an invisible time ≤ 0 is
+``INVALID_PARAMETER`` (RocketMQ would revive such a message at once, as a poison loop).
+
+A pop that finds nothing parks in the :class:`~broker.pop.hub.PopHub` for its hold time
+(capped by the broker, counted from the broker's own receive time rather than the client's
+``bornTime``: weak spot 7) and at its deadline is answered "nothing" directly, without
+re-reading (weak spot 5). A woken pop reads again; if another consumer was faster it parks
+again for the rest of its time (the wake-up is counted as wasted).
+
+A receipt names one lease: ``(group, real topic, queue, offset)`` and the pop time from the
+receipt. The real topic is the request's topic, or the group's retry topic when the receipt's
+retry flag says so and the client sent the original topic. An ack or change of a receipt that
+is not in flight (never popped by this group, already acked, revived, or superseded by a change
+of invisible time) is ``NO_MESSAGE`` with a remark saying which, and changes nothing. RocketMQ
+answers ``SUCCESS`` even when it failed to record an ack (weak spot 18); here a journal failure
+is a ``SYSTEM_ERROR`` and the message stays in flight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import trio
+
+from broker.clock import Clock
+from broker.core.filters import check_readable, tag_filter
+from broker.metrics import EventKind
+from broker.pop.inflight import Lease, LeaseKey, Outcome
+from broker.pop.reader import MAX_POP_MESSAGES, REVIVE_QID, PopRequest, PopResult
+from broker.pop.service import PopEngine
+from broker.topics import TopicManager
+from protocol.codes import ResponseCode
+from protocol.errors import BrokerError, ReceiptError
+from protocol.message import peek_record
+from protocol.naming import is_retry_topic, pop_retry_topic, validate_group
+from protocol.receipt import POP_ORDER_REVIVE_QUEUE, ExtraInfo, RetryFlag
+
+#: A woken pop that found nothing parks again at most this many times (bounded loop).
+MAX_REPARKS = 10_000
+
+_REMARKS = {
+    Outcome.UNKNOWN: "no message in flight for this receipt (never popped by this group, "
+    "already acked, or revived)",
+    Outcome.EXPIRED: "receipt expired: the message's invisible time is over and it is being "
+    "redelivered",
+    Outcome.STALE: "stale receipt: the message's invisible time was changed since; use the "
+    "newer receipt",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Popped:
+    """One popped message, as any front end needs it."""
+
+    lease: Lease
+    #: The record to deliver (stored bytes, or a retried message re-encoded).
+    record: bytes
+    #: Its receipt (gRPC's receipt handle is ``receipt.encode()``).
+    receipt: ExtraInfo
+
+
+@dataclass(frozen=True, slots=True)
+class PopBatch:
+    """What one pop found: the reader's result, and per-message views of it."""
+
+    request: PopRequest
+    result: PopResult
+    broker_name: str
+
+    @property
+    def found(self) -> bool:
+        """Whether the pop returns messages."""
+        return self.result.found
+
+    def messages(self) -> list[Popped]:
+        """One record and receipt per message, in delivery order.
+
+        The reader hands normal messages of one queue read as one chunk of records (sent as
+        stored); this splits the chunks at record boundaries and pairs each record with its
+        lease and the receipt a Remoting client would rebuild from the response header.
+        """
+        records = [r for chunk in self.result.records for r in _split(chunk)]
+        starts = {(s.retry_flag, s.queue_id): s.start_offset for s in self.result.start_offsets}
+        out = []
+        for lease, record in zip(self.result.leases, records, strict=True):
+            flag = RetryFlag.of_topic(lease.topic)
+            receipt = ExtraInfo(
+                starts.get((flag, lease.queue_id), lease.offset),
+                lease.pop_time,
+                lease.invisible_ms,
+                POP_ORDER_REVIVE_QUEUE if self.request.order else REVIVE_QID,
+                flag,
+                self.broker_name,
+                lease.queue_id,
+                lease.offset,
+            )
+            out.append(Popped(lease, record, receipt))
+        return out
+
+
+def _split(chunk: bytes) -> list[bytes]:
+    out, pos = [], 0
+    for _ in range(len(chunk)):  # bounded: every record is at least one byte
+        if pos >= len(chunk):
+            break
+        size = peek_record(chunk, pos).total_size
+        out.append(chunk[pos : pos + size])
+        pos += size
+    return out
+
+
+def parse_receipt(text: str) -> ExtraInfo:
+    """Decode a receipt; a malformed one is ``INVALID_PARAMETER``."""
+    try:
+        return ExtraInfo.decode(text)
+    except ReceiptError as exc:
+        raise BrokerError(str(exc), code=ResponseCode.INVALID_PARAMETER) from None
+
+
+def lease_key(group: str, topic: str, queue_id: int, offset: int, receipt: ExtraInfo) -> LeaseKey:
+    """The in-flight table key a receipt names."""
+    if receipt.retry_flag is not RetryFlag.NORMAL and not is_retry_topic(topic):
+        topic = pop_retry_topic(group, topic, v2=receipt.retry_flag is RetryFlag.RETRY_V2)
+    return (group, topic, queue_id, offset)
+
+
+def _refuse(outcome: Outcome, key: LeaseKey) -> BrokerError:
+    group, topic, queue_id, offset = key
+    return BrokerError(
+        f"{_REMARKS[outcome]}: group {group}, topic {topic}, queue {queue_id}, offset {offset}",
+        code=ResponseCode.NO_MESSAGE,
+    )
+
+
+def _not_journaled(what: str) -> BrokerError:
+    return BrokerError(
+        f"{what} not recorded (pop journal write failed); retry", code=ResponseCode.SYSTEM_ERROR
+    )
+
+
+def _check_invisible(invisible_ms: int) -> None:
+    if invisible_ms <= 0:
+        raise BrokerError(
+            f"invisibleTime must be > 0 ms, not {invisible_ms}",
+            code=ResponseCode.INVALID_PARAMETER,
+        )
+
+
+class PopService:
+    """Pop, ack and change over the :class:`PopEngine` (see the module docstring)."""
+
+    def __init__(
+        self, engine: PopEngine, topics: TopicManager, clock: Clock, stopping: trio.Event
+    ) -> None:
+        self.engine = engine
+        self.topics = topics
+        self.clock = clock
+        self.stopping = stopping
+
+    # ------------------------------------------------------------------ pop
+    def request(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        max_nums: int,
+        invisible_ms: int,
+        *,
+        expression: str | None = None,
+        expression_type: str | None = None,
+        order: bool = False,
+        attempt_id: str | None = None,
+        init_mode: int = 0,
+    ) -> PopRequest:
+        """Validate a pop (RocketMQ's checks and codes) and build the request.
+
+        Raises:
+            BrokerError: ``INVALID_PARAMETER``, ``TOPIC_NOT_EXIST``, ``NO_PERMISSION`` or
+                ``SUBSCRIPTION_PARSE_FAILED``.
+            IllegalNameError: the group name is illegal.
+        """
+        validate_group(group)
+        if not 0 < max_nums <= MAX_POP_MESSAGES:
+            raise BrokerError(
+                f"the broker pops 1 to {MAX_POP_MESSAGES} messages at a time, not {max_nums}",
+                code=ResponseCode.INVALID_PARAMETER,
+            )
+        _check_invisible(invisible_ms)
+        check_readable(self.topics, topic, queue_id, group, verb="peeking", any_queue=True)
+        return PopRequest(
+            group=group,
+            topic=topic,
+            queue_id=max(queue_id, -1),
+            max_nums=max_nums,
+            invisible_ms=invisible_ms,
+            tags=tag_filter(expression, expression_type),
+            order=order,
+            attempt_id=attempt_id,
+            init_mode=init_mode,
+        )
+
+    async def pop(self, req: PopRequest, *, hold_s: float) -> PopBatch:
+        """Pop up to ``req.max_nums`` messages, parking up to ``hold_s`` seconds (none once
+        the broker is stopping) until a matching message or a retry of this group arrives."""
+        engine = self.engine
+        result = engine.pop_nowait(req, self.clock.now_ms())
+        if result.found or hold_s <= 0 or self.stopping.is_set():
+            return self._batch(req, result)
+        # The read above and the park below happen in one synchronous step, so no arriving
+        # message can slip between them. Keep every await out of that span.
+        parked_at = trio.current_time()
+        deadline = parked_at + hold_s
+        for _ in range(MAX_REPARKS):
+            wakeup = await engine.hub.wait(req.topic, req.group, req.queue_id, req.tags, deadline)
+            if wakeup is None or self.stopping.is_set():
+                break
+            result = engine.pop_nowait(req, self.clock.now_ms())
+            engine.hub.record_result(wakeup, result.found)
+            waited = (wakeup.time - parked_at) * 1000
+            engine.event(EventKind.WAKEUP, req, latency_ms=waited, found=result.found)
+            if result.found:
+                break
+        waited = (trio.current_time() - parked_at) * 1000
+        engine.event(EventKind.POP_WAIT, req, latency_ms=waited, found=result.found)
+        return self._batch(req, result)
+
+    def _batch(self, req: PopRequest, result: PopResult) -> PopBatch:
+        return PopBatch(req, result, self.engine.reader.broker_name)
+
+    # ------------------------------------------------------------------ ack / change
+    def ack(self, group: str, topic: str, queue_id: int, offset: int, receipt: ExtraInfo) -> None:
+        """Acknowledge one popped message.
+
+        Raises:
+            BrokerError: ``NO_MESSAGE`` (not in flight: the remark says why) or
+                ``SYSTEM_ERROR`` (the journal could not record it; nothing changed).
+            IllegalNameError: the group name is illegal.
+        """
+        validate_group(group)
+        key = lease_key(group, topic, queue_id, offset, receipt)
+        try:
+            outcome = self.engine.ack(key, receipt, self.clock.now_ms())
+        except OSError:
+            raise _not_journaled("ack") from None
+        if outcome is not Outcome.OK:
+            raise _refuse(outcome, key)
+
+    def ack_many(self, receipts: Sequence[tuple[LeaseKey, int]]) -> list[Outcome]:
+        """Acknowledge ``(lease key, pop time)`` pairs in one journal write; those not in
+        flight are skipped (RocketMQ's batch ack does the same) and reported per pair.
+
+        Raises:
+            BrokerError: ``SYSTEM_ERROR`` when the journal could not record it (nothing
+                changed).
+        """
+        try:
+            return self.engine.ack_many(list(receipts), self.clock.now_ms())
+        except OSError:
+            raise _not_journaled("batch ack") from None
+
+    def change(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        receipt: ExtraInfo,
+        invisible_ms: int,
+    ) -> Lease:
+        """Give a popped message a new deadline ``now + invisible_ms``; returns the new lease
+        (its pop time is the new receipt's).
+
+        Raises:
+            BrokerError: ``INVALID_PARAMETER`` (invisible time ≤ 0), ``NO_MESSAGE`` or
+                ``SYSTEM_ERROR`` as for :meth:`ack`.
+            IllegalNameError: the group name is illegal.
+        """
+        _check_invisible(invisible_ms)
+        validate_group(group)
+        key = lease_key(group, topic, queue_id, offset, receipt)
+        try:
+            outcome, lease = self.engine.change(key, receipt, self.clock.now_ms(), invisible_ms)
+        except OSError:
+            raise _not_journaled("change of invisible time") from None
+        if lease is None:
+            raise _refuse(outcome, key)
+        return lease

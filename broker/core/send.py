@@ -1,0 +1,350 @@
+"""Sending: one message, a batch, a consumer's send-back, a dead letter.
+
+Checks follow RocketMQ's ``msgCheck``: a legal topic that producers may write, the topic
+auto-created from ``TBW102`` when unknown (``autoCreateTopicEnable``), the queue id within the
+topic's write queues (negative = any, round robin). A send to a classic ``%RETRY%group`` topic
+whose reconsume count is past the group's maximum goes to ``%DLQ%group`` instead
+(``handleRetryAndDLQ``). A delayed or timer message (``DELAY``, ``TIMER_*``) is stored in
+``SCHEDULE_TOPIC_XXXX`` and handed to the timer service, which copies it to its real topic at
+its delivery time.
+
+A send-back (RocketMQ ``consumerSendMsgBack``): the message is found by its commit-log offset,
+copied to the group's ``%RETRY%group`` topic with ``RETRY_TOPIC`` (its original topic, which
+ali-ons needs), ``ORIGIN_MESSAGE_ID`` and its reconsume count + 1, and delayed by level
+``3 + reconsume times`` unless the client asks for a level (so retries come back after 10 s,
+30 s, 1 min … 2 h). Past the group's maximum, or with a negative level, it goes to
+``%DLQ%group`` at once — which is also what a dead-letter request asks for.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from broker.clock import Clock
+from broker.schedule import DELAY_PROPERTIES, SCHEDULE_TOPIC, delivery_time
+from broker.storage import Storage
+from broker.store.api import Host, MessageToStore, PutResult
+from broker.timers import TimerService
+from broker.topics import DEFAULT_TOPIC, TopicConfig, TopicManager
+from protocol.batch import BatchEntry
+from protocol.codes import ResponseCode
+from protocol.errors import BrokerError, RecordError
+from protocol.message import decode_record
+from protocol.naming import (
+    dlq_topic,
+    group_of_classic_retry,
+    is_retry_topic,
+    is_send_allowed,
+    retry_topic,
+    validate_group,
+    validate_topic,
+)
+from protocol.properties import (
+    CRC32,
+    DELAY,
+    ORIGIN_MESSAGE_ID,
+    REAL_QID,
+    REAL_TOPIC,
+    RETRY_TOPIC,
+    TIMER_OUT_MS,
+    UNIQ_KEY,
+    encode_properties,
+)
+
+#: Where a message came from when the front end cannot tell (not an IPv4 peer).
+UNKNOWN_HOST: Host = ("127.0.0.1", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class SendPolicy:
+    """The broker settings sends obey."""
+
+    auto_create_topic: bool
+    max_reconsume_times: int
+    max_message_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    """One message as a producer sends it (whatever the front end)."""
+
+    topic: str
+    body: bytes
+    properties: Mapping[str, str]
+    #: Negative: any write queue (round robin).
+    queue_id: int = -1
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: Host = UNKNOWN_HOST
+    reconsume_times: int = 0
+    #: The sender's maximum for a classic retry topic (None or negative: the broker's).
+    max_reconsume_times: int | None = None
+    #: The topic an unknown topic is created from, and how many queues the producer wants.
+    default_topic: str | None = None
+    default_topic_queue_nums: int = 4
+    #: The properties exactly as received, stored verbatim when the message is not redirected
+    #: (saves a re-encode; must describe ``properties``).
+    properties_text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchSendRequest:
+    """Messages a producer sends as one batch to one queue of one topic."""
+
+    topic: str
+    entries: Sequence[BatchEntry]
+    queue_id: int = -1
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: Host = UNKNOWN_HOST
+    default_topic: str | None = None
+    default_topic_queue_nums: int = 4
+
+
+@dataclass(frozen=True, slots=True)
+class SendOutcome:
+    """Where a message went: the put's result, and the queue it was stored in (for a
+    delayed message, the queue it will be delivered to)."""
+
+    result: PutResult
+    topic: str
+    queue_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """One result per stored message, plus a final failed one unless every message was
+    stored durably (see :meth:`Storage.put_many`)."""
+
+    results: list[PutResult]
+    queue_id: int
+
+    @property
+    def ok(self) -> bool:
+        """Whether every message was stored."""
+        return bool(self.results) and self.results[-1].ok
+
+
+@dataclass(frozen=True, slots=True)
+class SendBackRequest:
+    """A consumer hands back the message at ``commit_offset`` (classic retry)."""
+
+    group: str
+    commit_offset: int
+    #: 0: the broker's schedule (3 + reconsume times); negative: dead-letter at once.
+    delay_level: int = 0
+    max_reconsume_times: int | None = None
+    origin_msg_id: str | None = None
+
+
+class SendService:
+    """Sends of every kind (see the module docstring)."""
+
+    def __init__(
+        self,
+        policy: SendPolicy,
+        topics: TopicManager,
+        storage: Storage,
+        timers: TimerService,
+        clock: Clock,
+    ) -> None:
+        self.policy = policy
+        self.topics = topics
+        self.storage = storage
+        self.timers = timers
+        self.clock = clock
+        self._round_robin = itertools.count()
+
+    # ------------------------------------------------------------------ single messages
+    async def send(self, req: SendRequest) -> SendOutcome:
+        """Store one message (or schedule it); in SYNC mode return once durable.
+
+        Raises:
+            BrokerError: the topic may not be written, does not exist, the queue id is
+                illegal, or the delivery time is malformed.
+            IllegalNameError: the topic name is illegal.
+        """
+        config = self.topic_for_send(req.topic, req.default_topic, req.default_topic_queue_nums)
+        queue_id = self._queue_id(config, req.queue_id)
+        topic, queue_id = self._dlq_redirect(req, queue_id)
+        msg = MessageToStore(
+            topic, queue_id, req.body, req.properties, req.flag, req.sys_flag,
+            req.born_timestamp, req.born_host, req.reconsume_times, 0,
+            req.properties_text if topic == req.topic else None,
+        )  # fmt: skip
+        return await self._store(msg)
+
+    def topic_for_send(
+        self, topic: str, default_topic: str | None = None, default_queue_nums: int = 4
+    ) -> TopicConfig:
+        """The topic's configuration, auto-created from the default topic when allowed.
+
+        Raises:
+            BrokerError: the topic may not be written or does not exist.
+            IllegalNameError: the topic name is illegal.
+        """
+        validate_topic(topic)
+        if not is_send_allowed(topic):
+            raise BrokerError(
+                f"sending to topic {topic} is forbidden", code=ResponseCode.NO_PERMISSION
+            )
+        config = self.topics.get(topic)
+        if config is not None:
+            return config
+        if is_retry_topic(topic):
+            return self.topics.ensure(topic, 1)
+        default = self.topics.get(default_topic or DEFAULT_TOPIC)
+        if self.policy.auto_create_topic and default is not None:
+            nums = max(1, min(default_queue_nums, default.write_queue_nums))
+            return self.topics.ensure(topic, nums)
+        raise BrokerError(f"topic {topic} does not exist", code=ResponseCode.TOPIC_NOT_EXIST)
+
+    def _queue_id(self, config: TopicConfig, requested: int) -> int:
+        if requested < 0:
+            return next(self._round_robin) % max(1, config.write_queue_nums)
+        if requested >= config.write_queue_nums:
+            raise BrokerError(
+                f"queueId {requested} is illegal: topic {config.topic_name} has "
+                f"{config.write_queue_nums} write queues",
+                code=ResponseCode.SYSTEM_ERROR,
+            )
+        return requested
+
+    def _dlq_redirect(self, req: SendRequest, queue_id: int) -> tuple[str, int]:
+        """Retry sends past the group's maximum go to the group's DLQ."""
+        if not is_retry_topic(req.topic):
+            return req.topic, queue_id
+        limit = self._limit(req.max_reconsume_times)
+        if req.reconsume_times > limit:
+            dlq = dlq_topic(group_of_classic_retry(req.topic))
+            self.topics.ensure(dlq, 1)
+            return dlq, 0
+        return req.topic, queue_id
+
+    def _limit(self, requested: int | None) -> int:
+        return (
+            requested
+            if requested is not None and requested >= 0
+            else (self.policy.max_reconsume_times)
+        )
+
+    async def _store(self, msg: MessageToStore) -> SendOutcome:
+        """Store a message, or — when it is delayed or timed — park it in
+        SCHEDULE_TOPIC_XXXX for the timer service, which copies it to its topic and queue at
+        its delivery time."""
+        scheduled = self._schedule(msg.properties)
+        if scheduled is None:
+            return SendOutcome(await self.storage.put(msg), msg.topic, msg.queue_id)
+        schedule_queue, deliver_ms = scheduled
+        properties = {**msg.properties, REAL_TOPIC: msg.topic, REAL_QID: str(msg.queue_id),
+                      TIMER_OUT_MS: str(deliver_ms)}  # fmt: skip
+        parked = MessageToStore(
+            SCHEDULE_TOPIC, schedule_queue, msg.body, properties, msg.flag, msg.sys_flag,
+            msg.born_timestamp, msg.born_host, msg.reconsume_times,
+        )  # fmt: skip
+        result = await self.storage.put(parked)
+        if result.ok:
+            self.timers.scheduled(result, schedule_queue, deliver_ms)
+        return SendOutcome(result, msg.topic, msg.queue_id)
+
+    def _schedule(self, properties: Mapping[str, str]) -> tuple[int, int] | None:
+        """(schedule queue, delivery ms) of a delayed or timer message, else None."""
+        try:
+            return delivery_time(properties, self.clock.now_ms())
+        except ValueError as exc:
+            raise BrokerError(
+                f"bad delivery time: {exc}", code=ResponseCode.MESSAGE_ILLEGAL
+            ) from None
+
+    # ------------------------------------------------------------------ batches
+    async def send_batch(self, req: BatchSendRequest) -> BatchOutcome:
+        """Store every message of a batch in one queue, as one unit: every check runs before
+        the first append, so a refused batch stores nothing, and its messages get
+        consecutive queue offsets.
+
+        Raises:
+            BrokerError: as :meth:`send`; ``MESSAGE_ILLEGAL`` for an empty batch, a delayed
+                message in it, or a body over the size limit.
+        """
+        config = self.topic_for_send(req.topic, req.default_topic, req.default_topic_queue_nums)
+        queue_id = self._queue_id(config, req.queue_id)
+        if not req.entries:
+            raise BrokerError("empty batch", code=ResponseCode.MESSAGE_ILLEGAL)
+        messages = [self._batch_message(req, queue_id, i, e) for i, e in enumerate(req.entries)]
+        return BatchOutcome(await self.storage.put_many(messages), queue_id)
+
+    def _batch_message(
+        self, req: BatchSendRequest, queue_id: int, index: int, entry: BatchEntry
+    ) -> MessageToStore:
+        _check_not_delayed(entry.properties)
+        limit = self.policy.max_message_size
+        if len(entry.body) > limit:
+            raise BrokerError(
+                f"batch message {index}: body of {len(entry.body)} bytes exceeds {limit}",
+                code=ResponseCode.MESSAGE_ILLEGAL,
+            )
+        return MessageToStore(
+            req.topic, queue_id, entry.body, entry.properties, entry.flag, req.sys_flag,
+            req.born_timestamp, req.born_host, 0, 0, encode_properties(entry.properties),
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ send-back, DLQ
+    async def send_back(self, req: SendBackRequest) -> SendOutcome:
+        """Re-queue a failed message on the group's retry topic, or dead-letter it.
+
+        Raises:
+            BrokerError: ``SYSTEM_ERROR`` when no readable message is at the offset,
+                ``SERVICE_NOT_AVAILABLE`` when it could not be stored.
+            IllegalNameError: the group name is illegal.
+        """
+        validate_group(req.group)
+        data = self.storage.store.message_at(req.commit_offset)
+        if data is None:
+            raise BrokerError(f"look message by offset failed, {req.commit_offset}",
+                              code=ResponseCode.SYSTEM_ERROR)  # fmt: skip
+        try:
+            msg, _ = decode_record(data)
+        except RecordError as exc:
+            raise BrokerError(str(exc), code=ResponseCode.SYSTEM_ERROR) from None
+        props = {k: v for k, v in msg.properties.items() if k not in (CRC32, DELAY)}
+        props.setdefault(RETRY_TOPIC, msg.topic)
+        props.setdefault(
+            ORIGIN_MESSAGE_ID, req.origin_msg_id or props.get(UNIQ_KEY) or msg.offset_msg_id
+        )
+        if msg.reconsume_times >= self._limit(req.max_reconsume_times) or req.delay_level < 0:
+            topic = dlq_topic(req.group)
+        else:
+            topic = retry_topic(req.group)
+            props[DELAY] = str(req.delay_level or 3 + msg.reconsume_times)
+        self.topics.ensure(topic, 1)
+        outcome = await self._store(MessageToStore(
+            topic, 0, msg.body, props, msg.flag, msg.sys_flag, msg.born_timestamp,
+            msg.born_host, msg.reconsume_times + 1,
+        ))  # fmt: skip
+        if not outcome.result.ok:
+            raise BrokerError(outcome.result.remark or outcome.result.status.value,
+                              code=ResponseCode.SERVICE_NOT_AVAILABLE)  # fmt: skip
+        return outcome
+
+    async def dead_letter(
+        self, group: str, commit_offset: int, origin_msg_id: str | None = None
+    ) -> SendOutcome:
+        """Move the message at ``commit_offset`` to the group's DLQ now (gRPC's
+        ``ForwardMessageToDeadLetterQueue``; a send-back with a negative level)."""
+        return await self.send_back(
+            SendBackRequest(group, commit_offset, delay_level=-1, origin_msg_id=origin_msg_id)
+        )
+
+
+def _check_not_delayed(properties: Mapping[str, str]) -> None:
+    """Batches cannot be delayed (RocketMQ refuses them too)."""
+    for name in DELAY_PROPERTIES:
+        value = properties.get(name)
+        if value and value not in ("0", "-1"):
+            raise BrokerError(
+                f"a batch message cannot be delayed ({name}={value})",
+                code=ResponseCode.MESSAGE_ILLEGAL,
+            )
