@@ -1,1 +1,1 @@
-"""PySpark analysis of trimq's latency events (DESIGN.md §8)."""
+"""PySpark analysis of trimq's latency events (docs/design.md §8)."""

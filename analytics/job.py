@@ -1,6 +1,6 @@
 """The analysis job: broker latency events (JSON Lines) -> Parquet tables, report, plots.
 
-Usage (DESIGN.md §10)::
+Usage (docs/design.md §10)::
 
     python -m analytics --input DIR [DIR ...] --output DIR [--master URL] [--glob PATTERN]
     spark-submit [--master URL] analytics/job.py --input DIR --output DIR
@@ -167,7 +167,7 @@ def run(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The job's command line (DESIGN.md §10)."""
+    """The job's command line (docs/design.md §10)."""
     p = argparse.ArgumentParser(prog="python -m analytics", description=__doc__.split("\n")[0])
     p.add_argument("--input", nargs="+", required=True, metavar="DIR",
                    help="metrics directories, searched recursively")  # fmt: skip

@@ -1,7 +1,7 @@
-"""The latency-event schema (DESIGN.md §8) as Spark sees it.
+"""The latency-event schema (docs/design.md §8) as Spark sees it.
 
 The broker's writer defines the schema once, as ``broker.metrics.FIELDS``. ``analytics`` may
-not import ``broker`` (DESIGN.md §2: the job runs where no broker code is installed), so this
+not import ``broker`` (docs/design.md §2: the job runs where no broker code is installed), so this
 module mirrors that tuple verbatim and derives the Spark ``StructType`` from it;
 ``tests/analytics/test_schema.py`` pins the two copies field by field (name, order, type,
 nullability), so a change to one without the other fails CI.

@@ -38,7 +38,7 @@ BAD_REASONS: tuple[str, ...] = (
     "missing_field",  # a non-nullable field absent or null
     "unknown_kind",  # ``kind`` not one of KINDS
 )
-#: The percentile table's key (DESIGN.md §8).
+#: The percentile table's key (docs/design.md §8).
 PERCENTILE_KEYS: tuple[str, ...] = ("kind", "topic", "group", "wake_mode")
 #: Reported percentiles as (column name, parts per 10 000): integers, so that the rank
 #: ``ceil(p * n)`` is computed without floating-point error (0.999 * 1000 is not 999.0 in

@@ -1,1 +1,1 @@
-"""The trimq broker: a RocketMQ-compatible message broker on trio (DESIGN.md §3–5)."""
+"""The trimq broker: a RocketMQ-compatible message broker on trio (docs/design.md §3–5)."""

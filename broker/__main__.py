@@ -1,4 +1,4 @@
-"""``python -m broker`` / ``trimq-broker``: the broker daemon (DESIGN.md §10 command line).
+"""``python -m broker`` / ``trimq-broker``: the broker daemon (docs/design.md §10 command line).
 
 Settings come from defaults < ``--config`` TOML < ``TRIMQ_<SETTING>`` environment < flags.
 SIGTERM and SIGINT stop it gracefully (parked polls answered, store flushed and closed) and

@@ -1,6 +1,6 @@
 """Broker settings: defaults < TOML file < environment (``TRIMQ_<SETTING>``) < flags.
 
-The command line is DESIGN.md §10's contract; every flag is also a TOML key and an
+The command line is docs/design.md §10's contract; every flag is also a TOML key and an
 environment variable (``--data-dir`` = ``data_dir`` = ``TRIMQ_DATA_DIR``). Names and defaults
 follow RocketMQ where it has one.
 """
@@ -205,7 +205,7 @@ def merge_sources(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The broker's flags, exactly as DESIGN.md §10 lists them (all default to None so that
+    """The broker's flags, exactly as docs/design.md §10 lists them (all default to None so that
     lower-priority sources show through)."""
     p = argparse.ArgumentParser(prog="trimq-broker", description="trimq broker daemon")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")

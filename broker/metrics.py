@@ -1,4 +1,4 @@
-"""Latency events as JSON Lines, written off the hot path (DESIGN.md §8).
+"""Latency events as JSON Lines, written off the hot path (docs/design.md §8).
 
 A request handler only appends a tuple to a list (:meth:`MetricsWriter.emit`); serializing and
 writing happen later, in a worker thread, so measuring never slows or blocks what it measures.
@@ -6,7 +6,8 @@ When the buffer is full events are dropped and counted instead of back-pressurin
 
 :data:`FIELDS` is the one schema definition for the broker side (writer, Prometheus export,
 reader checks). trio is imported only inside :meth:`MetricsWriter.run`, so the schema imports
-without it. ``analytics/`` may not import ``broker`` (DESIGN.md §2), so a reader there mirrors it.
+without it. ``analytics/`` may not import ``broker`` (docs/design.md §2), so a reader there
+mirrors it.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ _Row = tuple[Any, ...]  # values in FIELDS order
 
 
 class EventKind(enum.StrEnum):
-    """What span ``latency_ms`` measures (DESIGN.md §8 explains each)."""
+    """What span ``latency_ms`` measures (docs/design.md §8 explains each)."""
 
     STORE = "store"
     PULL_WAIT = "pull_wait"

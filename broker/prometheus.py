@@ -1,4 +1,4 @@
-"""Prometheus ``/metrics`` of the latency events (DESIGN.md §8), off the request path.
+"""Prometheus ``/metrics`` of the latency events (docs/design.md §8), off the request path.
 
 Theory of operation: request handlers only append rows to the :class:`MetricsWriter` buffer,
 as before. The writer's background flush — a worker thread — hands each batch it writes to
@@ -153,7 +153,7 @@ class EventExporter(Collector):
         )
         latency = HistogramMetricFamily(
             "trimq_event_latency_seconds",
-            "The span each event kind measures (DESIGN.md §8), in seconds.",
+            "The span each event kind measures (docs/design.md §8), in seconds.",
             labels=LABELS,
         )
         wasted = CounterMetricFamily(

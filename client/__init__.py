@@ -1,4 +1,4 @@
-"""trimq client libraries on anyio (DESIGN.md §6): they run under asyncio and trio.
+"""trimq client libraries on anyio (docs/design.md §6): they run under asyncio and trio.
 
 ``from client import Producer, SimpleConsumer, Message, ClientConfig``; blocking versions
 with the same names are in :mod:`client.sync`.

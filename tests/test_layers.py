@@ -1,4 +1,4 @@
-"""The layer rules of DESIGN.md §2 are enforced, and the enforcement itself works."""
+"""The layer rules of docs/design.md §2 are enforced, and the enforcement itself works."""
 
 from __future__ import annotations
 

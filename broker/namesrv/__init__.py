@@ -1,1 +1,1 @@
-"""The trimq name server (DESIGN.md §7)."""
+"""The trimq name server (docs/design.md §7)."""

@@ -1,4 +1,4 @@
-"""``python -m broker.namesrv`` / ``trimq-namesrv``: the name server (DESIGN.md §10).
+"""``python -m broker.namesrv`` / ``trimq-namesrv``: the name server (docs/design.md §10).
 
 Settings come from defaults < ``--config`` TOML < ``TRIMQ_NAMESRV_<SETTING>`` environment <
 flags. It prints one "namesrv started" log line with the bound address (``--port 0``: any

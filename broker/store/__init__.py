@@ -1,4 +1,4 @@
-"""The synchronous storage engine (DESIGN.md §4): commit log, consume queues, key index,
+"""The synchronous storage engine (docs/design.md §4): commit log, consume queues, key index,
 consumer offsets, recovery. No trio here: ``broker.storage`` runs the fsyncs in threads."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Broker settings: defaults < TOML < environment < flags, and clear errors (DESIGN.md §9-10)."""
+"""Broker settings: defaults < TOML < environment < flags, and clear errors
+(docs/design.md §9-10)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from broker.__main__ import main
 from broker.config import BrokerConfig, ConfigError, from_sources, load
 
-#: Every flag of DESIGN.md §10's ``python -m broker`` command line.
+#: Every flag of docs/design.md §10's ``python -m broker`` command line.
 DESIGN_FLAGS = (
     "--host",
     "--port",

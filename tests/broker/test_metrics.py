@@ -1,4 +1,4 @@
-"""The latency-event writer (DESIGN.md §8): schema, buffering, rotation, caps, errors."""
+"""The latency-event writer (docs/design.md §8): schema, buffering, rotation, caps, errors."""
 
 from __future__ import annotations
 
