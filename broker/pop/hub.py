@@ -29,9 +29,11 @@ from __future__ import annotations
 import enum
 import heapq
 import itertools
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from types import MappingProxyType
 from typing import Any
 
 import trio
@@ -123,10 +125,76 @@ class _Waiter:
 
 
 @dataclass(slots=True)
-class _GroupStats:
+class _GroupCounters:
     parked: int = 0
     wakeups: int = 0
     wasted_wakeups: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatistics:
+    """One consumer group's part of :class:`PopHubStatistics`."""
+
+    #: Pops of the group parked now.
+    parked: int
+    #: Wake-ups handed to the group's pops since the start.
+    wakeups: int
+    #: Wake-ups after which the re-read found nothing (or that went to a cancelled pop).
+    wasted_wakeups: int
+
+
+@dataclass(frozen=True, slots=True)
+class PopHubStatistics:
+    """A snapshot of a :class:`PopHub`'s counters (:meth:`PopHub.statistics`)."""
+
+    wake_mode: WakeMode
+    #: Pops parked now, and the distinct ``(topic, group, queue id)`` keys they park on.
+    parked: int
+    keys: int
+    #: Wake-ups since the start, in total, wasted (see :meth:`PopHub.record_result`) and by
+    #: reason (every :class:`WakeReason` is present).
+    wakeups: int
+    wasted_wakeups: int
+    wakeups_by_reason: Mapping[WakeReason, int]
+    #: Pop retry messages whose owner could not be found (they wake nobody).
+    unowned_retry: int
+    #: Retry/DLQ messages the wake mode sends nowhere (classic retry, ``none``, V1 in
+    #: ``topic`` mode, dead letters).
+    unrouted_retry: int
+    #: Messages whose properties were unusable (not a mapping, bad ``ORIGIN_TOPIC``).
+    bad_properties: int
+    #: Wake-ups handed to another waiter because the woken one was cancelled first.
+    passed_on: int
+    #: Exceptions swallowed by :meth:`PopHub.arriving`, and the last one's ``repr``.
+    arrival_errors: int
+    last_error: str | None
+    #: Per group, every group that ever parked, in name order.
+    groups: Mapping[str, GroupStatistics]
+
+    def as_json(self) -> dict[str, Any]:
+        """The snapshot as plain JSON-able values (enum keys and values as strings)."""
+        return {
+            "wake_mode": str(self.wake_mode),
+            "parked": self.parked,
+            "keys": self.keys,
+            "wakeups": self.wakeups,
+            "wasted_wakeups": self.wasted_wakeups,
+            "wakeups_by_reason": {str(k): v for k, v in self.wakeups_by_reason.items()},
+            "unowned_retry": self.unowned_retry,
+            "unrouted_retry": self.unrouted_retry,
+            "bad_properties": self.bad_properties,
+            "passed_on": self.passed_on,
+            "arrival_errors": self.arrival_errors,
+            "last_error": self.last_error,
+            "groups": {
+                group: {
+                    "parked": stats.parked,
+                    "wakeups": stats.wakeups,
+                    "wasted_wakeups": stats.wasted_wakeups,
+                }
+                for group, stats in self.groups.items()
+            },
+        }
 
 
 def _seq(waiter: _Waiter) -> int:
@@ -157,24 +225,19 @@ class PopHub:
         # Each line is a dict used as an insertion-ordered set: FIFO, O(1) removal.
         self._lines: dict[PopKey, dict[_Waiter, None]] = {}
         self._index: dict[str, dict[str, set[int]]] = {}
-        self._groups: dict[str, _GroupStats] = {}
+        self._groups: dict[str, _GroupCounters] = {}
         self._seqs = itertools.count()
-        self.parked = 0
-        self.wakeups = 0
-        self.wasted_wakeups = 0
-        self.wakeups_by_reason: dict[WakeReason, int] = dict.fromkeys(WakeReason, 0)
-        #: Pop retry messages whose owner could not be found (they wake nobody).
-        self.unowned_retry = 0
-        #: Retry/DLQ messages the wake mode sends nowhere (classic retry, ``none``, V1 in
-        #: ``topic`` mode, dead letters).
-        self.unrouted_retry = 0
-        #: Messages whose properties were unusable (not a mapping, bad ``ORIGIN_TOPIC``).
-        self.bad_properties = 0
-        #: Wake-ups handed to another waiter because the woken one was cancelled first.
-        self.passed_on = 0
-        #: Exceptions swallowed by :meth:`arriving` (a bug, but never the store's problem).
-        self.arrival_errors = 0
-        self.last_error: str | None = None
+        # Counters, read through statistics() (PopHubStatistics documents each).
+        self._parked = 0
+        self._wakeups = 0
+        self._wasted_wakeups = 0
+        self._wakeups_by_reason: dict[WakeReason, int] = dict.fromkeys(WakeReason, 0)
+        self._unowned_retry = 0
+        self._unrouted_retry = 0
+        self._bad_properties = 0
+        self._passed_on = 0
+        self._arrival_errors = 0
+        self._last_error: str | None = None
 
     # ------------------------------------------------------------------ parking
     async def wait(
@@ -199,8 +262,8 @@ class PopHub:
                 f"{len(line)} pops of group {group!r} already wait on topic {topic!r}"
                 f" queue {queue_id} (limit {self.max_per_key})"
             )
-        if self.parked >= self.max_total:
-            raise PollingFullError(f"{self.parked} pops already wait (limit {self.max_total})")
+        if self._parked >= self.max_total:
+            raise PollingFullError(f"{self._parked} pops already wait (limit {self.max_total})")
         waiter = _Waiter(key, tags_codes, next(self._seqs))
         self._add(waiter)
         try:
@@ -211,9 +274,9 @@ class PopHub:
             # while a message picked this waiter: give the wake-up to the next one in line
             # instead of leaving the message for a timeout.
             if waiter.pass_on is not None:
-                self.passed_on += 1
+                self._passed_on += 1
                 self._group(group).wasted_wakeups += 1
-                self.wasted_wakeups += 1
+                self._wasted_wakeups += 1
                 waiter.pass_on()
             raise
         finally:
@@ -226,7 +289,7 @@ class PopHub:
         topic, group, queue_id = waiter.key
         self._lines.setdefault(waiter.key, {})[waiter] = None
         self._index.setdefault(topic, {}).setdefault(group, set()).add(queue_id)
-        self.parked += 1
+        self._parked += 1
         self._group(group).parked += 1
 
     def _remove(self, waiter: _Waiter) -> None:
@@ -242,13 +305,13 @@ class PopHub:
                 del groups[group]
                 if not groups:
                     del self._index[topic]
-        self.parked -= 1
+        self._parked -= 1
         self._group(group).parked -= 1
 
-    def _group(self, group: str) -> _GroupStats:
+    def _group(self, group: str) -> _GroupCounters:
         stats = self._groups.get(group)
         if stats is None:
-            stats = self._groups[group] = _GroupStats()
+            stats = self._groups[group] = _GroupCounters()
         return stats
 
     # ------------------------------------------------------------------ waking
@@ -270,12 +333,12 @@ class PopHub:
             if topic.startswith(RETRY_PREFIX):
                 self._retry_arriving(topic, queue_id, queue_offset, tags_code, properties)
             elif topic.startswith(DLQ_PREFIX):
-                self.unrouted_retry += 1
+                self._unrouted_retry += 1
             else:
                 self._new_arriving(topic, queue_id, queue_offset, tags_code)
         except Exception as exc:
-            self.arrival_errors += 1
-            self.last_error = repr(exc)
+            self._arrival_errors += 1
+            self._last_error = repr(exc)
 
     def _new_arriving(self, topic: str, queue_id: int, queue_offset: int, tags_code: int) -> None:
         groups = self._index.get(topic)
@@ -304,14 +367,14 @@ class PopHub:
             try:
                 _, origin = parse_pop_retry_topic_v2(topic)
             except IllegalNameError:
-                self.unowned_retry += 1
+                self._unowned_retry += 1
                 return
             for group in list(self._index.get(origin, ())):
                 self._wake_one(origin, group, None, arrival)
         else:
             # ``none``; or ``topic`` with a V1/classic name, which RocketMQ passes through
             # unchanged as a topic nobody parks on.
-            self.unrouted_retry += 1
+            self._unrouted_retry += 1
 
     def _retry_owner(self, name: str, properties: Mapping[str, str]) -> tuple[str, str] | None:
         """``(group, original topic)`` owning retry topic ``name``; None (counted) if unknown
@@ -321,34 +384,34 @@ class PopHub:
             try:
                 return pop_retry_owner(name, origin)
             except IllegalNameError:
-                self.bad_properties += 1  # does not fit the name: fall back to the name
+                self._bad_properties += 1  # does not fit the name: fall back to the name
         if is_pop_retry_topic_v2(name):
             try:
                 return parse_pop_retry_topic_v2(name)
             except IllegalNameError:
-                self.unowned_retry += 1
+                self._unowned_retry += 1
                 return None
         owner = self._v1_owner(name)
         if owner is not None:
             return owner
         if origin is None and V1_SEPARATOR not in name[len(RETRY_PREFIX) :]:
-            self.unrouted_retry += 1  # %RETRY%group: classic retry, not a pop's
+            self._unrouted_retry += 1  # %RETRY%group: classic retry, not a pop's
         else:
             # An unregistered V1 name; a classic retry topic of a group with '_' in its name
             # cannot be told from one and lands here too.
-            self.unowned_retry += 1
+            self._unowned_retry += 1
         return None
 
     def _origin_topic(self, properties: object) -> str | None:
         # Typed as a mapping, but it comes from a decoded record: trust nothing.
         if not isinstance(properties, Mapping):
-            self.bad_properties += 1
+            self._bad_properties += 1
             return None
         origin: Any = properties.get(ORIGIN_TOPIC)
         if origin is None:
             return None
         if not isinstance(origin, str) or not origin:
-            self.bad_properties += 1
+            self._bad_properties += 1
             return None
         return origin
 
@@ -431,8 +494,8 @@ class PopHub:
         waiter.wakeup = wakeup
         waiter.pass_on = pass_on
         waiter.event.set()
-        self.wakeups += 1
-        self.wakeups_by_reason[wakeup.reason] += 1
+        self._wakeups += 1
+        self._wakeups_by_reason[wakeup.reason] += 1
         self._group(wakeup.group).wakeups += 1
 
     # ------------------------------------------------------------------ accounting
@@ -440,30 +503,35 @@ class PopHub:
         """The pop woken by ``wakeup`` re-read and found messages or not; not is a wasted
         wake-up (a full pop run for nothing, what targeted wake-ups are meant to avoid)."""
         if not found:
-            self.wasted_wakeups += 1
+            self._wasted_wakeups += 1
             self._group(wakeup.group).wasted_wakeups += 1
 
-    def stats(self) -> dict[str, Any]:
-        """Counters, totals and per group (JSON-able)."""
-        return {
-            "wake_mode": str(self.wake_mode),
-            "parked": self.parked,
-            "keys": len(self._lines),
-            "wakeups": self.wakeups,
-            "wasted_wakeups": self.wasted_wakeups,
-            "wakeups_by_reason": {str(k): v for k, v in self.wakeups_by_reason.items()},
-            "unowned_retry": self.unowned_retry,
-            "unrouted_retry": self.unrouted_retry,
-            "bad_properties": self.bad_properties,
-            "passed_on": self.passed_on,
-            "arrival_errors": self.arrival_errors,
-            "last_error": self.last_error,
-            "groups": {
-                group: {
-                    "parked": stats.parked,
-                    "wakeups": stats.wakeups,
-                    "wasted_wakeups": stats.wasted_wakeups,
-                }
-                for group, stats in sorted(self._groups.items())
-            },
+    def statistics(self) -> PopHubStatistics:
+        """A snapshot of the counters, in total and per group."""
+        groups = {
+            group: GroupStatistics(c.parked, c.wakeups, c.wasted_wakeups)
+            for group, c in sorted(self._groups.items())
         }
+        return PopHubStatistics(
+            wake_mode=self.wake_mode,
+            parked=self._parked,
+            keys=len(self._lines),
+            wakeups=self._wakeups,
+            wasted_wakeups=self._wasted_wakeups,
+            wakeups_by_reason=MappingProxyType(dict(self._wakeups_by_reason)),
+            unowned_retry=self._unowned_retry,
+            unrouted_retry=self._unrouted_retry,
+            bad_properties=self._bad_properties,
+            passed_on=self._passed_on,
+            arrival_errors=self._arrival_errors,
+            last_error=self._last_error,
+            groups=MappingProxyType(groups),
+        )
+
+    def stats(self) -> dict[str, Any]:
+        """Deprecated: ``statistics().as_json()``. Kept for ``PopEngine.stats()``
+        (broker/pop/service.py) until it moves to :meth:`statistics`."""
+        warnings.warn(
+            "PopHub.stats() is deprecated; use statistics()", DeprecationWarning, stacklevel=2
+        )
+        return self.statistics().as_json()

@@ -16,7 +16,7 @@ import pytest
 import trio
 import trio.testing
 
-from broker.pop.hub import PopHub, WakeMode, WakeReason, Wakeup
+from broker.pop.hub import GroupStatistics, PopHub, PopHubStatistics, WakeMode, WakeReason, Wakeup
 from protocol.errors import PollingFullError
 from protocol.naming import V1RetryNames, pop_retry_topic_v1, pop_retry_topic_v2
 from protocol.properties import ORIGIN_TOPIC
@@ -92,11 +92,12 @@ def retry(
 
 def assert_empty(hub: PopHub) -> None:
     """No waiter, key or index entry is left behind."""
-    assert hub.parked == 0
-    assert hub.stats()["keys"] == 0
+    stats = hub.statistics()
+    assert stats.parked == 0
+    assert stats.keys == 0
     assert hub._lines == {}
     assert hub._index == {}
-    assert all(group["parked"] == 0 for group in hub.stats()["groups"].values())
+    assert all(group.parked == 0 for group in stats.groups.values())
 
 
 # ------------------------------------------------------------------ new messages
@@ -119,8 +120,8 @@ async def test_new_message_wakes_one_waiter_per_group_fifo(autojump_clock: Any) 
         message(hub, queue_id=3)
         await settle()
         assert a2.woken() and b2.woken()
-    assert hub.wakeups == 4
-    assert hub.stats()["groups"]["A"]["wakeups"] == 2
+    assert hub.statistics().wakeups == 4
+    assert hub.statistics().groups["A"].wakeups == 2
     assert_empty(hub)
 
 
@@ -154,7 +155,7 @@ async def test_other_queue_ids_are_not_woken() -> None:
         await settle()
         assert not on_q2.finished()
         nursery.cancel_scope.cancel()
-    assert hub.wakeups == 1
+    assert hub.statistics().wakeups == 1
     assert_empty(hub)
 
 
@@ -166,7 +167,7 @@ async def test_other_topics_are_not_woken() -> None:
         await settle()
         assert not other.finished()
         nursery.cancel_scope.cancel()
-    assert hub.wakeups == 0
+    assert hub.statistics().wakeups == 0
     assert_empty(hub)
 
 
@@ -218,7 +219,7 @@ async def test_targeted_retry_wakes_only_the_owning_group(autojump_clock: Any) -
         assert a.result.topic == "%RETRY%A+Orders"
     assert b.finished() and b.result is None
     assert b.at == start + TIMEOUT
-    assert hub.stats()["groups"]["B"]["wakeups"] == 0
+    assert hub.statistics().groups["B"].wakeups == 0
     assert_empty(hub)
 
 
@@ -262,11 +263,11 @@ async def test_topic_mode_wakes_every_group_and_counts_the_wasted_one() -> None:
         hub.record_result(a.result, found=True)
         hub.record_result(b.result, found=False)  # B's pop cannot read A's retry topic
         nursery.cancel_scope.cancel()
-    stats = hub.stats()
-    assert (stats["wakeups"], stats["wasted_wakeups"]) == (2, 1)
-    assert stats["groups"]["A"] == {"parked": 0, "wakeups": 1, "wasted_wakeups": 0}
-    assert stats["groups"]["B"] == {"parked": 0, "wakeups": 1, "wasted_wakeups": 1}
-    assert stats["wakeups_by_reason"]["retry"] == 2
+    stats = hub.statistics()
+    assert (stats.wakeups, stats.wasted_wakeups) == (2, 1)
+    assert stats.groups["A"] == GroupStatistics(parked=0, wakeups=1, wasted_wakeups=0)
+    assert stats.groups["B"] == GroupStatistics(parked=0, wakeups=1, wasted_wakeups=1)
+    assert stats.wakeups_by_reason[WakeReason.RETRY] == 2
 
 
 async def test_topic_mode_v1_name_wakes_nobody() -> None:
@@ -277,8 +278,8 @@ async def test_topic_mode_v1_name_wakes_nobody() -> None:
         await settle()
         assert not a.finished()
         nursery.cancel_scope.cancel()
-    assert hub.wakeups == 0
-    assert hub.unrouted_retry == 1
+    assert hub.statistics().wakeups == 0
+    assert hub.statistics().unrouted_retry == 1
 
 
 async def test_none_mode_wakes_nobody_and_the_pop_returns_none_at_its_deadline(
@@ -294,8 +295,8 @@ async def test_none_mode_wakes_nobody_and_the_pop_returns_none_at_its_deadline(
         assert not a.finished() and not b.finished()
     assert a.result is None and b.result is None
     assert (a.at, b.at) == (start + TIMEOUT, start + 3.5)
-    assert hub.wakeups == 0
-    assert hub.unrouted_retry == 1
+    assert hub.statistics().wakeups == 0
+    assert hub.statistics().unrouted_retry == 1
     assert_empty(hub)
 
 
@@ -311,7 +312,8 @@ async def test_wake_mode_can_be_changed_at_run_time() -> None:
         retry(hub, pop_retry_topic_v2("A", T), origin=T)
         await settle()
         assert a.woken()
-    assert hub.stats()["wake_mode"] == "targeted"
+    assert hub.statistics().wake_mode == WakeMode.TARGETED
+    assert hub.statistics().as_json()["wake_mode"] == "targeted"
 
 
 # ------------------------------------------------------------------ V1 names
@@ -343,7 +345,7 @@ async def test_colliding_v1_names_resolved_by_origin_topic() -> None:
         retry(hub, name, origin="Order_Topic")
         await settle()
         assert short.woken()
-    assert hub.unowned_retry == 0
+    assert hub.statistics().unowned_retry == 0
     assert_empty(hub)
 
 
@@ -356,8 +358,7 @@ async def test_unknown_v1_owner_wakes_nobody_and_is_counted() -> None:
         await settle()
         assert not a.finished()
         nursery.cancel_scope.cancel()
-    assert hub.unowned_retry == 2
-    assert hub.stats()["unowned_retry"] == 2
+    assert hub.statistics().unowned_retry == 2
 
 
 async def test_classic_retry_and_dlq_wake_nobody() -> None:
@@ -372,8 +373,8 @@ async def test_classic_retry_and_dlq_wake_nobody() -> None:
         await settle()
         assert not a.finished()
         nursery.cancel_scope.cancel()
-    assert hub.wakeups == 0
-    assert hub.unowned_retry == 0
+    assert hub.statistics().wakeups == 0
+    assert hub.statistics().unowned_retry == 0
 
 
 # ------------------------------------------------------------------ notify
@@ -411,12 +412,12 @@ async def test_capacity_per_key_and_in_total() -> None:
         await park(nursery, hub, "g", 1)  # another key has room
         with pytest.raises(PollingFullError):
             await hub.wait(T, "h", 5, None, trio.current_time() + 1)  # the hub is full
-        assert hub.parked == 3
+        assert hub.statistics().parked == 3
         message(hub, queue_id=0)
         await settle()
         assert first.woken()
         await park(nursery, hub, "g", 0)  # a woken waiter frees its slot at once
-        assert hub.parked == 3
+        assert hub.statistics().parked == 3
         nursery.cancel_scope.cancel()
     assert_empty(hub)
 
@@ -429,15 +430,15 @@ async def test_no_leaks_after_timeouts_cancellation_and_wakeups(autojump_clock: 
                 await park(nursery, hub, group, queue_id, hold=2 + queue_id)
         cancelled = await park(nursery, hub, "D", 0, hold=100)
         woken = await park(nursery, hub, "E", 1, hold=100)
-        assert hub.parked == 14
-        assert hub.stats()["keys"] == 14
+        assert hub.statistics().parked == 14
+        assert hub.statistics().keys == 14
         message(hub, queue_id=1)
         await settle()
         assert woken.woken()
         assert cancelled.cancel_scope is not None
         cancelled.cancel_scope.cancel()
         await settle()
-        assert hub.stats()["groups"]["D"]["parked"] == 0
+        assert hub.statistics().groups["D"].parked == 0
     assert_empty(hub)
 
 
@@ -464,7 +465,7 @@ async def test_wake_all_answers_every_parked_pop() -> None:
     assert {p.result.reason for p in parked if p.result} == {WakeReason.SHUTDOWN}
     assert parked[1].result is not None
     assert (parked[1].result.topic, parked[1].result.queue_id) == ("Other", -1)
-    assert hub.stats()["wakeups_by_reason"]["shutdown"] == 8
+    assert hub.statistics().wakeups_by_reason[WakeReason.SHUTDOWN] == 8
     assert_empty(hub)
 
 
@@ -481,8 +482,9 @@ async def test_a_wakeup_for_a_cancelled_waiter_is_passed_on() -> None:
         await settle()
         assert not first.finished()
         assert second.woken()
-    assert hub.passed_on == 1
-    assert hub.stats()["groups"]["g"] == {"parked": 0, "wakeups": 2, "wasted_wakeups": 1}
+    stats = hub.statistics()
+    assert stats.passed_on == 1
+    assert stats.groups["g"] == GroupStatistics(parked=0, wakeups=2, wasted_wakeups=1)
     assert_empty(hub)
 
 
@@ -508,14 +510,39 @@ async def test_junk_properties_never_raise_out_of_arriving() -> None:
         hub.arriving(T, 0, 0, 0, 0, None)  # type: ignore[arg-type]  # normal topic: fine
         await settle()
         assert a.woken()
-    stats = hub.stats()
-    assert stats["wakeups"] == 7
+    stats = hub.statistics()
+    assert stats.wakeups == 7
     # 5 junk and 1 wrong origin, each on a V1 and a V2 name, and the origin "+" of "%RETRY%+".
-    assert stats["bad_properties"] == 13
-    assert stats["arrival_errors"] == 8  # the registry 7 times, the None topic once
-    assert "registry is broken" in stats["last_error"] or "NoneType" in stats["last_error"]
+    assert stats.bad_properties == 13
+    assert stats.arrival_errors == 8  # the registry 7 times, the None topic once
+    assert stats.last_error is not None
+    assert "registry is broken" in stats.last_error or "NoneType" in stats.last_error
     assert_empty(hub)
-    json.dumps(stats)
+    json.dumps(stats.as_json())
+
+
+async def test_statistics_are_a_frozen_snapshot() -> None:
+    hub = PopHub()
+    async with trio.open_nursery() as nursery:
+        before = hub.statistics()
+        await park(nursery, hub, "A")
+        after = hub.statistics()
+        assert isinstance(after, PopHubStatistics)
+        assert (before.parked, before.groups) == (0, {})  # not changed by the later park
+        assert after.parked == 1 and after.groups["A"].parked == 1
+        with pytest.raises(AttributeError):
+            after.parked = 5  # type: ignore[misc]
+        with pytest.raises(TypeError):
+            after.groups["B"] = GroupStatistics(0, 0, 0)  # type: ignore[index]
+        with pytest.raises(TypeError):
+            after.wakeups_by_reason[WakeReason.NEW] = 3  # type: ignore[index]
+        nursery.cancel_scope.cancel()
+
+
+def test_the_deprecated_stats_dict_is_built_from_statistics() -> None:
+    hub = PopHub()
+    with pytest.warns(DeprecationWarning, match="statistics"):
+        assert hub.stats() == hub.statistics().as_json()
 
 
 async def test_stats_are_json_and_cover_every_group() -> None:
@@ -527,10 +554,12 @@ async def test_stats_are_json_and_cover_every_group() -> None:
         await settle()
         assert a.result is not None
         hub.record_result(a.result, found=False)
-        stats = json.loads(json.dumps(hub.stats()))
-        assert stats["parked"] == hub.parked == 1
-        assert stats["wakeups"] == hub.wakeups == 1
-        assert stats["wasted_wakeups"] == hub.wasted_wakeups == 1
+        snapshot = hub.statistics()
+        stats = json.loads(json.dumps(snapshot.as_json()))
+        assert stats["parked"] == snapshot.parked == 1
+        assert stats["wakeups"] == snapshot.wakeups == 1
+        assert stats["wasted_wakeups"] == snapshot.wasted_wakeups == 1
+        assert stats["wakeups_by_reason"] == {"new": 1, "retry": 0, "notify": 0, "shutdown": 0}
         assert stats["groups"] == {
             "A": {"parked": 0, "wakeups": 1, "wasted_wakeups": 1},
             "B": {"parked": 1, "wakeups": 0, "wasted_wakeups": 0},
