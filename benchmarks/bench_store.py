@@ -15,7 +15,8 @@ Workloads:
   15 functions by own time.
 * ``sync``: ``serve_storage`` in SYNC mode on trio, 1, 16 and 64 writer tasks each looping
   ``await storage.put(...)`` (1 KiB bodies) until a fixed total is stored: puts/s, group
-  commits (``Storage.fsyncs``), messages per fsync, put latency; aim: 64 writers >= 10x 1.
+  commits (``Storage.statistics().fsyncs``), messages per fsync, put latency; aim: 64
+  writers >= 10x 1.
 * ``restart``: a ~10 MB and a ~1 GB store (``--small-mb``, ``--big-mb``). Crash recovery
   (kill -9 simulated: the log is written out, then the store is abandoned without close):
   (a) with a checkpoint taken before the last ~1 % of the writes, (b) with no checkpoint file
@@ -229,8 +230,9 @@ def async_run(
             # a second with the fsyncs and SQLite's C code in a worker thread.
             store.checkpoint()
             t3 = time.perf_counter()
-            if store.stats.puts != done or store.stats.put_errors:
-                raise RuntimeError(f"{done} puts tried, {store.stats.puts} stored")
+            stats = store.statistics()
+            if stats.puts != done or stats.put_errors:
+                raise RuntimeError(f"{done} puts tried, {stats.puts} stored")
         finally:
             store.close()
     return AsyncRun(len(msgs[0].body), done, total, t1 - t0, t2 - t1, t3 - t2)
@@ -308,8 +310,8 @@ async def _sync_run(
                 for _ in range(writers):
                     nursery.start_soon(writer)
         elapsed = time.perf_counter() - t0
-        fsyncs = storage.fsyncs
-        checkpoints = store.stats.extra.get("checkpoints", 0)
+        fsyncs = storage.statistics().fsyncs
+        checkpoints = store.statistics().checkpoints
         service.cancel_scope.cancel()  # serve_storage flushes and closes the store
     lat_ms = sorted(x / 1e6 for x in latencies)
     return SyncRun(
@@ -352,13 +354,13 @@ def fill(store: MessageStore, msgs: list[MessageToStore], until: int, deadline: 
     """Put messages until the log reaches ``until`` bytes (bounded by ``deadline``),
     checkpointing every ``CHECKPOINT_EVERY`` bytes as a running broker would."""
     mask = len(msgs) - 1
-    i = store.stats.puts
+    i = store.statistics().puts
     next_checkpoint = store.log.end + CHECKPOINT_EVERY
     while store.log.end < until and time.perf_counter() < deadline:
         if store.log.end >= next_checkpoint:
             store.checkpoint()
             next_checkpoint = store.log.end + CHECKPOINT_EVERY
-        approx = max(1, store.log.end // max(1, store.stats.puts)) if i else 1024
+        approx = max(1, store.log.end // max(1, store.statistics().puts)) if i else 1024
         for _ in range(min(1024, (until - store.log.end) // approx + 1)):
             store.put_nowait(msgs[i & mask])
             i += 1
@@ -380,7 +382,7 @@ def build_crashed(
     except BaseException:
         store.close()
         raise
-    records, log_bytes = store.stats.puts, store.log.end - store.log.min_offset
+    records, log_bytes = store.statistics().puts, store.log.end - store.log.min_offset
     crash(store)
     return records, log_bytes
 
@@ -419,8 +421,8 @@ def restart_bench(
                 if variant == "clean restart":
                     store.close()
                 seconds.append(time.perf_counter() - t0)
-                recovered = store.stats.recovered_records
-                reason = store.stats.recovery_stop_reason
+                stats = store.statistics()
+                recovered, reason = stats.recovered_records, stats.recovery_stop_reason
                 if store.log.end - store.log.min_offset != log_bytes:
                     raise RuntimeError(f"{label}: recovery ended the log at {store.log.end}")
                 if variant != "clean restart":

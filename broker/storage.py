@@ -26,6 +26,18 @@ from broker.store.tickets import CheckpointTicket
 T = TypeVar("T")
 
 
+@dataclass(frozen=True, slots=True)
+class StorageStatistics:
+    """A snapshot of a :class:`Storage`'s counters (:meth:`Storage.statistics`)."""
+
+    #: Group commits completed (flushes; a checkpoint's own fsyncs are not counted).
+    fsyncs: int
+    #: Flushes and checkpoints that failed with a disk error (their waiting puts failed).
+    disk_errors: int
+    #: Puts waiting now for their record to become durable.
+    waiting: int
+
+
 @dataclass(slots=True)
 class _Waiter:
     end: int
@@ -40,7 +52,8 @@ class Storage:
         self.store = store
         self._waiters: list[_Waiter] = []
         self._wake = trio.Event()
-        self.fsyncs = 0
+        self._fsyncs = 0
+        self._disk_errors = 0
         self._swept: tuple[int, int] | None = None  # (year, day) of the last scheduled run
 
     async def put(self, msg: MessageToStore) -> PutResult:
@@ -52,7 +65,7 @@ class Storage:
         result = self.store.put_nowait(msg)
         if not result.ok or await self.wait_durable(result.end_offset):
             return result
-        return PutResult(PutStatus.DISK_ERROR, remark=self.store.stats.last_disk_error)
+        return PutResult(PutStatus.DISK_ERROR, remark=self.store.statistics().last_disk_error)
 
     async def put_many(self, msgs: Sequence[MessageToStore]) -> list[PutResult]:
         """Store messages back to back, as one unit (a batch send): nothing else is appended
@@ -70,7 +83,9 @@ class Storage:
             if not result.ok:
                 return results
         if results and not await self.wait_durable(results[-1].end_offset):
-            results.append(PutResult(PutStatus.DISK_ERROR, remark=self.store.stats.last_disk_error))
+            results.append(
+                PutResult(PutStatus.DISK_ERROR, remark=self.store.statistics().last_disk_error)
+            )
         return results
 
     async def wait_durable(self, end_offset: int, *, even_async: bool = False) -> bool:
@@ -95,7 +110,7 @@ class Storage:
         """One group commit: everything appended so far becomes durable."""
         store = self.store
         if await self._in_thread(store.flush_begin, store.flush_sync, store.flush_end):
-            self.fsyncs += 1
+            self._fsyncs += 1
 
     async def _in_thread(
         self, begin: Callable[[], T], sync: Callable[[T], None], end: Callable[[T], object]
@@ -106,6 +121,7 @@ class Storage:
             ticket = begin()
             await trio.to_thread.run_sync(sync, ticket)
         except OSError as exc:
+            self._disk_errors += 1
             self.store.note_disk_error(exc)
             self._release(ok=False)
             return False
@@ -123,6 +139,12 @@ class Storage:
             else:
                 keep.append(w)
         self._waiters = keep
+
+    def statistics(self) -> StorageStatistics:
+        """A snapshot of the counters."""
+        return StorageStatistics(
+            fsyncs=self._fsyncs, disk_errors=self._disk_errors, waiting=len(self._waiters)
+        )
 
     async def run_flusher(self) -> None:
         """Group-commit loop: flush when puts wait (SYNC) or every interval (ASYNC)."""

@@ -79,7 +79,7 @@ class TimerService:
                 self.schedule.load(data)
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(f"{self.path}: unreadable schedule progress: {exc}") from None
-        start = self.store.stats.recovery_scanned_from
+        start = self.store.statistics().recovery_scanned_from
         if start >= 0:  # a crash: the log after the checkpoint was re-dispatched
             self._mark_copies_since(start)
         for queue_id in range(SCHEDULE_QUEUES):

@@ -43,7 +43,13 @@ from broker.store.index import KeyIndex
 from broker.store.offsets import ConsumerOffsets
 from broker.store.reads import read_queue, record_at, records_with_key, store_timestamp_at
 from broker.store.record import build_parts, encode_props, topic_prefix
-from broker.store.tickets import CheckpointTicket, FlushTicket, Pending, StoreStats
+from broker.store.tickets import (
+    CheckpointTicket,
+    FlushTicket,
+    Pending,
+    StoreCounters,
+    StoreStatistics,
+)
 from protocol.errors import EncodeError
 from protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
@@ -116,7 +122,7 @@ class MessageStore:
         self.durable_offset = 0
         self.dispatched_offset = 0
         self.disk_error: OSError | None = None
-        self.stats = StoreStats()
+        self._counters = StoreCounters()  # read through statistics()
         self._closed = False
 
     @classmethod
@@ -179,8 +185,8 @@ class MessageStore:
         if self._closed:
             raise StoreClosedError("the message store is closed")
         if self.disk_error is not None and not self._retry_write_out():
-            self.stats.put_errors += 1
-            return PutResult(PutStatus.DISK_ERROR, remark=self.stats.last_disk_error)
+            self._counters.put_errors += 1
+            return PutResult(PutStatus.DISK_ERROR, remark=self._counters.last_disk_error)
         if len(msg.body) > self.config.max_message_size:
             return _illegal(f"body of {len(msg.body)} bytes exceeds {self.config.max_message_size}")
         try:
@@ -216,7 +222,7 @@ class MessageStore:
             msg.reconsume_times, msg.prepared_transaction_offset, self.log,
         )  # fmt: skip
         offset, size = parts.offset, parts.total
-        self.stats.puts += 1
+        self._counters.puts += 1
         if dispatched:
             self._next_offset[key] = queue_offset + 1
             tags = msg.properties.get(TAGS)
@@ -290,7 +296,7 @@ class MessageStore:
                 topic, queue_id, queue_offset, tags_code, store_timestamp, properties
             )
         except Exception:  # a listener bug must never stall dispatch (RocketMQ weak spot 17)
-            self.stats.listener_errors += 1
+            self._counters.listener_errors += 1
 
     def _index_keys(self, topic: str, properties: Mapping[str, str], offset: int) -> None:
         add = self.index.add
@@ -322,7 +328,7 @@ class MessageStore:
 
     def note_disk_error(self, exc: OSError) -> None:
         self.disk_error = exc
-        self.stats.last_disk_error = f"disk error: {exc.strerror or exc} ({exc.filename or ''})"
+        self._counters.last_disk_error = f"disk error: {exc.strerror or exc} ({exc.filename or ''})"
 
     # ------------------------------------------------------------------ group commit
     def flush_begin(self) -> FlushTicket:
@@ -402,7 +408,7 @@ class MessageStore:
         if ticket.offsets_snapshot is not None:
             self.offsets.mark_persisted(ticket.offsets_changes)
         self.index.written(ticket.index_rows)
-        self.stats.extra["checkpoints"] = self.stats.extra.get("checkpoints", 0) + 1
+        self._counters.checkpoints += 1
 
     def checkpoint(self) -> None:
         """A whole checkpoint in this thread."""
@@ -501,6 +507,21 @@ class MessageStore:
             self.index.delete_before(self.log.min_offset)
         return len(deleted)
 
+    # ------------------------------------------------------------------ statistics
+    def statistics(self) -> StoreStatistics:
+        """A snapshot of the counters (the live ones are bumped in place on the put path)."""
+        c = self._counters
+        return StoreStatistics(
+            puts=c.puts,
+            put_errors=c.put_errors,
+            listener_errors=c.listener_errors,
+            checkpoints=c.checkpoints,
+            recovered_records=c.recovered_records,
+            recovery_stop_reason=c.recovery_stop_reason,
+            recovery_scanned_from=c.recovery_scanned_from,
+            last_disk_error=c.last_disk_error,
+        )
+
     # ------------------------------------------------------------------ recovery
     def _recover(self) -> None:
         try:
@@ -518,7 +539,7 @@ class MessageStore:
         for key, cq in self._queues.items():
             cq.truncate(sizes.get(key, cq.min_offset))
             self._next_offset[key] = cq.max_offset
-        self.stats.recovery_scanned_from = start
+        self._counters.recovery_scanned_from = start
         # Index rows past the checkpoint may be stale; re-dispatch adds back the real ones.
         self.index.truncate_from(start)
         end = self._redispatch(start)
@@ -530,10 +551,10 @@ class MessageStore:
     def _redispatch(self, start: int) -> int:
         for item in self.log.scan(start):
             if isinstance(item, ScanEnd):
-                self.stats.recovery_stop_reason = item.reason
+                self._counters.recovery_stop_reason = item.reason
                 return item.offset
             msg, _ = decode_record(item.data)
-            self.stats.recovered_records += 1
+            self._counters.recovered_records += 1
             if msg.sys_flag & SYSFLAG_TRANSACTION_MASK in _NOT_DISPATCHED:
                 continue
             key = (msg.topic, msg.queue_id)

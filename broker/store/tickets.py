@@ -4,7 +4,7 @@ statistics."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from broker.store.checkpoint import Checkpoint
 from broker.store.index import Batch
@@ -48,14 +48,37 @@ class CheckpointTicket:
 
 
 @dataclass(slots=True)
-class StoreStats:
-    """Counters for ``statistics()``."""
+class StoreCounters:
+    """The store's mutable counters, bumped in place on the put path; read them through
+    ``MessageStore.statistics()``, which copies them into a :class:`StoreStatistics`."""
 
     puts: int = 0
     put_errors: int = 0
     listener_errors: int = 0
+    checkpoints: int = 0
     recovered_records: int = 0
     recovery_stop_reason: str = ""
     recovery_scanned_from: int = -1
     last_disk_error: str = ""
-    extra: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStatistics:
+    """A snapshot of a ``MessageStore``'s counters (``MessageStore.statistics()``)."""
+
+    #: Records appended since the store was opened.
+    puts: int
+    #: Puts refused with ``DISK_ERROR`` because the log could not be written out.
+    put_errors: int
+    #: Exceptions raised by the arrival listener (swallowed: dispatch carries on).
+    listener_errors: int
+    #: Checkpoints completed since the store was opened.
+    checkpoints: int
+    #: Records re-dispatched by recovery when the store was opened (0 after a clean close).
+    recovered_records: int
+    #: Why recovery's scan stopped ("" when there was no scan).
+    recovery_stop_reason: str
+    #: Commit-log offset recovery rescanned from; -1 when the store was closed cleanly.
+    recovery_scanned_from: int
+    #: The last disk error, as a put's ``DISK_ERROR`` remark ("" if none yet).
+    last_disk_error: str

@@ -206,7 +206,7 @@ async def test_sigterm_stops_gracefully_and_messages_survive_a_restart(tmp_path:
         # The store was closed cleanly and holds the message.
         config = BrokerConfig(data_dir=data_dir, **TEST_SETTINGS)
         with MessageStore.open(config.store_config(first_port)) as store:
-            assert store.stats.recovered_records == 0  # clean shutdown: nothing rescanned
+            assert store.statistics().recovered_records == 0  # clean shutdown: nothing rescanned
             found = store.get(topic, 0, 0)
             assert found.status is GetStatus.FOUND
             (msg,) = decode_records(found.body)

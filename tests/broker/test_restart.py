@@ -387,7 +387,7 @@ async def test_kill9_under_flush_async_recovers_from_the_last_checkpoint(tmp_pat
         shutil.copytree(data_dir, copy)
         config = BrokerConfig(data_dir=copy, **TEST_SETTINGS).store_config(0)
         with MessageStore.open(config) as store:
-            stats = store.stats
+            stats = store.statistics()
             assert stats.recovery_scanned_from == cp.safe_offset > 0
             assert stats.recovery_stop_reason
             kept = sum(store.max_offset(TOPIC, q) for q in range(QUEUES))

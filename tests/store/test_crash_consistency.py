@@ -219,8 +219,9 @@ def check_recovery(pristine: Pristine, work: Path, kind: str, at: int) -> None:
     config = store_config(work, segment_size=SEGMENT, cq_entries_per_file=LOG_CQ_ENTRIES)
     crash_again = at % 2 == 1
     with MessageStore.open(config) as store:
-        assert store.stats.recovery_scanned_from == pristine.scan_from
-        assert store.stats.recovered_records == sum(r.offset >= pristine.scan_from for r in kept)
+        stats = store.statistics()
+        assert stats.recovery_scanned_from == pristine.scan_from
+        assert stats.recovered_records == sum(r.offset >= pristine.scan_from for r in kept)
         bound = at if len(kept) < len(pristine.records) else kept[-1].end
         assert kept[-1].end <= store.log.end <= bound  # cut at or before the damage
         assert_serves(store, kept)
@@ -235,10 +236,11 @@ def check_recovery(pristine: Pristine, work: Path, kind: str, at: int) -> None:
             crash(store)
     store = MessageStore.open(config)
     if crash_again:
-        assert store.stats.recovery_scanned_from == pristine.scan_from
-        assert store.stats.recovered_records == sum(r.offset >= pristine.scan_from for r in after)
+        stats = store.statistics()
+        assert stats.recovery_scanned_from == pristine.scan_from
+        assert stats.recovered_records == sum(r.offset >= pristine.scan_from for r in after)
     else:
-        assert store.stats.recovered_records == 0
+        assert store.statistics().recovered_records == 0
     assert_serves(store, after)
     crash(store)  # quicker than a close, and the next restore wipes the directory anyway
 

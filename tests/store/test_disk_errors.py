@@ -142,7 +142,7 @@ def reopen(store: MessageStore, how: str) -> MessageStore:
         crash(store)
     reopened = MessageStore.open(store.config)
     if how == "clean":
-        assert reopened.stats.recovered_records == 0
+        assert reopened.statistics().recovered_records == 0
     return reopened
 
 
@@ -165,7 +165,7 @@ def test_failed_flush_write_turns_puts_into_disk_errors(
         store.flush()
     for _ in range(3):
         assert_disk_error(producer.put(), code)
-    assert store.stats.put_errors == 3
+    assert store.statistics().put_errors == 3
     producer.assert_served()  # reads go on: durable ones and the 3 still in memory
 
     log_faults.pwrite_error = None
@@ -221,7 +221,7 @@ def test_write_out_past_the_threshold_surfaces_the_error_at_once(
     assert first_error <= 12  # the write-out that failed was at most ~1 000 bytes away
     assert all(s is PutStatus.DISK_ERROR for s in statuses[first_error:])
     assert_disk_error(results[-1], code)
-    assert store.stats.last_disk_error
+    assert store.statistics().last_disk_error
     producer.assert_served()
     log_faults.pwrite_error = None
     producer.put_ok(5)
@@ -249,7 +249,7 @@ def test_short_writes_then_eio_never_corrupt_the_log(tmp_path: Path, log_faults:
     store.flush()
     store = reopen(store, "crash")
     producer.assert_served(store)
-    assert store.stats.recovery_stop_reason == "end of data"  # no torn record anywhere
+    assert store.statistics().recovery_stop_reason == "end of data"  # no torn record anywhere
     store.close()
 
 
@@ -348,7 +348,7 @@ def test_close_on_a_failing_disk_keeps_what_was_durable(
     store.close()  # gives up on the unwritten tail quietly; the next open recovers
     log_faults.pwrite_error = None
     with MessageStore.open(store.config) as reopened:
-        assert reopened.stats.recovery_scanned_from >= 0  # not a clean close
+        assert reopened.statistics().recovery_scanned_from >= 0  # not a clean close
         producer.stored = durable
         producer.assert_served(reopened)
 
@@ -381,6 +381,8 @@ async def test_failing_fsync_answers_sync_puts_with_disk_error(
             for result in failed:  # answered, not left hanging
                 assert_disk_error(result, errno.EIO)
             assert fsync_faults.failures >= 1
+            stats = storage.statistics()
+            assert stats.disk_errors >= 1 and stats.waiting == 0
 
             fsync_faults.fsync_error = None
             msg = producer.next_message()
@@ -391,7 +393,7 @@ async def test_failing_fsync_answers_sync_puts_with_disk_error(
     # Answered DISK_ERROR means "maybe not stored": those records stayed in the log and
     # became durable with the next fsync (at-least-once, like a producer's retry).
     with MessageStore.open(store.config) as reopened:
-        assert reopened.stats.recovered_records == 0  # serve_storage closed it cleanly
+        assert reopened.statistics().recovered_records == 0  # serve_storage closed it cleanly
         served = read_queue(reopened, TOPIC, 0) + read_queue(reopened, TOPIC, 1)
         served += read_queue(reopened, TOPIC, 2)
         assert {body for _, body in producer.stored} <= set(served)

@@ -64,7 +64,7 @@ def test_index_survives_clean_close_and_crash(tmp_path: Path) -> None:
         assert bodies(store.messages_by_key("TopicA", "U00035")) == [b"m35"]
         assert len(store.messages_by_key("TopicA", "all", max_num=100)) == 40
     with MessageStore.open(config(tmp_path)) as store:
-        assert store.stats.recovered_records == 0
+        assert store.statistics().recovered_records == 0
         assert len(store.messages_by_key("TopicA", "all", max_num=100)) == 40
 
 

@@ -40,11 +40,11 @@ async def test_sync_puts_share_fsyncs_and_are_durable_when_answered(tmp_path: Pa
             async with trio.open_nursery() as producers:
                 for i in range(32):
                     producers.start_soon(producer, i)
-            assert storage.fsyncs < 320  # group commit: far fewer fsyncs than puts
+            assert storage.statistics().fsyncs < 320  # group commit: far fewer fsyncs than puts
             nursery.cancel_scope.cancel()
     assert len(ends) == 320
     with MessageStore.open(store.config) as again:
-        assert again.stats.recovered_records == 0  # serve_storage closed it cleanly
+        assert again.statistics().recovered_records == 0  # serve_storage closed it cleanly
         assert sum(again.max_offset("T", q) for q in range(4)) == 320
 
 

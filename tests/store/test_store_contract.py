@@ -26,6 +26,7 @@ from broker.store.api import (
 )
 from broker.store.commitlog import segment_name
 from broker.store.store import MessageStore
+from broker.store.tickets import StoreStatistics
 from protocol.message import (
     BLANK_MAGIC,
     SYSFLAG_TRANSACTION_COMMIT,
@@ -379,7 +380,7 @@ def test_segment_roll_and_blank_markers(tmp_path: Path, mode: FlushMode) -> None
         assert (size, magic) == (segment_size - rel, BLANK_MAGIC)
     assert rolls == len(files) - 1
     with MessageStore.open(config) as store:
-        assert store.stats.recovered_records == 0
+        assert store.statistics().recovered_records == 0
         assert {q: read_queue(store, "Roll", q) for q in (0, 1)} == served
 
 
@@ -509,8 +510,24 @@ def test_a_raising_listener_does_not_stall_dispatch(tmp_path: Path, mode: FlushM
             put(store, "T", 0, b"%d" % i)
         settle(store)
         assert len(recorder.calls) == 9
-        assert store.stats.listener_errors == 4
+        assert store.statistics().listener_errors == 4
         assert read_queue(store, "T", 0) == [b"%d" % i for i in range(9)]
+
+
+def test_statistics_are_a_frozen_snapshot_of_the_counters(store: MessageStore) -> None:
+    before = store.statistics()
+    assert isinstance(before, StoreStatistics)
+    assert (before.puts, before.put_errors, before.checkpoints, before.last_disk_error) == (
+        0, 0, 0, "",
+    )  # fmt: skip
+    for i in range(3):
+        put(store, "T", 0, b"%d" % i)
+    store.checkpoint()
+    after = store.statistics()
+    assert (after.puts, after.checkpoints) == (3, 1)
+    assert (before.puts, before.checkpoints) == (0, 0)  # a snapshot: not changed since
+    with pytest.raises(AttributeError):
+        after.puts = 0  # type: ignore[misc]
 
 
 # ---------------------------------------------------------------------- transactions
@@ -537,7 +554,7 @@ def test_prepared_messages_are_stored_but_not_dispatched(tmp_path: Path, mode: F
     store.flush()
     crash(store)  # recovery re-scans them: still not dispatched
     with MessageStore.open(config) as store:
-        assert store.stats.recovered_records >= 5
+        assert store.statistics().recovered_records >= 5
         assert read_queue(store, "Tx", 0) == [b"commit", b"plain"]
         assert store.get("TxOnly", 0, 0).status is GetStatus.NO_MATCHED_LOGIC_QUEUE
         assert store.message_at(prepared_only.commit_log_offset) is not None
@@ -560,8 +577,8 @@ def test_clean_reopen_keeps_everything_and_scans_nothing(
         end = store.log.end
     for _ in range(2):
         with MessageStore.open(config, clock_ms=clock) as store:
-            assert store.stats.recovered_records == 0
-            assert store.stats.recovery_scanned_from == -1
+            assert store.statistics().recovered_records == 0
+            assert store.statistics().recovery_scanned_from == -1
             assert store.log.end == end
             after = {
                 (t, q): read_queue(store, t, q) for t, qs in store.topics().items() for q in qs
@@ -610,5 +627,5 @@ def test_a_second_open_of_the_same_directory_fails(tmp_path: Path, mode: FlushMo
         settle(store)
         assert read_queue(store, "T", 0) == [b"first", b"second"]
     with MessageStore.open(config) as store:  # released at close
-        assert store.stats.recovered_records == 0
+        assert store.statistics().recovered_records == 0
         assert read_queue(store, "T", 0) == [b"first", b"second"]

@@ -161,7 +161,7 @@ class StoreMachine(RuleBasedStateMachine):
     def clean_reopen(self) -> None:
         self.s.close()
         self.store = MessageStore.open(self.s.config)
-        assert self.s.stats.recovered_records == 0
+        assert self.s.statistics().recovered_records == 0
         self.durable = len(self.log)
         self.check_everything()
 
