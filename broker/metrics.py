@@ -121,14 +121,20 @@ def read_events(path: Path, stats: ReadStats | None = None) -> Iterator[dict[str
                     stats.bad += 1
 
 
-@dataclass(frozen=True)
-class MetricsStats:
-    """A snapshot of the writer's counters."""
+@dataclass(frozen=True, slots=True)
+class MetricsStatistics:
+    """A snapshot of a :class:`MetricsWriter`'s counters (:meth:`MetricsWriter.statistics`)."""
 
+    #: Events written to the event files.
     written: int
+    #: Events lost: the buffer was full (``max_buffer``) or their batch failed to write.
     dropped: int
+    #: Batches whose write failed.
     write_errors: int
+    #: Events buffered now, waiting for the next flush.
     buffered: int
+    #: Exceptions raised by observers (``broker.prometheus``), swallowed.
+    observer_errors: int
 
 
 def _wall_ms() -> float:
@@ -190,10 +196,15 @@ class MetricsWriter:
     def enabled(self) -> bool:
         return self.directory is not None
 
-    @property
-    def stats(self) -> MetricsStats:
-        dropped = self._dropped_full + self._dropped_write
-        return MetricsStats(self._written, dropped, self._write_errors, len(self._buffer))
+    def statistics(self) -> MetricsStatistics:
+        """A snapshot of the counters."""
+        return MetricsStatistics(
+            written=self._written,
+            dropped=self._dropped_full + self._dropped_write,
+            write_errors=self._write_errors,
+            buffered=len(self._buffer),
+            observer_errors=self._observer_errors,
+        )
 
     def emit(
         self,

@@ -35,7 +35,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from broker.logs import get_logger
-from broker.metrics import FIELD_NAMES, MetricsStats, MetricsWriter
+from broker.metrics import FIELD_NAMES, MetricsStatistics, MetricsWriter
 
 _log = get_logger("prometheus")
 
@@ -59,14 +59,14 @@ _KIND, _TOPIC, _GROUP, _LATENCY, _MODE, _FOUND = (
 )
 
 
-class _WriterStats(Collector):
+class _WriterStatistics(Collector):
     """The event writer's own counters, read at scrape time."""
 
-    def __init__(self, stats: Callable[[], MetricsStats]) -> None:
-        self._stats = stats
+    def __init__(self, statistics: Callable[[], MetricsStatistics]) -> None:
+        self._statistics = statistics
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        stats = self._stats()
+        stats = self._statistics()
         yield CounterMetricFamily(
             "trimq_metrics_events_written", "Latency events written to the event files.",
             value=stats.written,
@@ -107,7 +107,7 @@ class EventExporter(Collector):
         self,
         registry: CollectorRegistry | None = None,
         *,
-        writer_stats: Callable[[], MetricsStats] | None = None,
+        writer_statistics: Callable[[], MetricsStatistics] | None = None,
         max_series: int = MAX_SERIES,
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -116,8 +116,8 @@ class EventExporter(Collector):
         self._pairs: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self.registry.register(self)
-        if writer_stats is not None:
-            self.registry.register(_WriterStats(writer_stats))
+        if writer_statistics is not None:
+            self.registry.register(_WriterStatistics(writer_statistics))
 
     def _where(self, topic: str, group: str | None) -> tuple[str, str]:
         pair = (topic, group or "")
@@ -183,7 +183,7 @@ async def open_prometheus(
     if port is None:
         yield None
         return
-    exporter = EventExporter(writer_stats=lambda: writer.stats)
+    exporter = EventExporter(writer_statistics=writer.statistics)
     server, thread = start_http_server(port, addr=host, registry=exporter.registry)
     bound = int(server.server_address[1])
     writer.observers.append(exporter.observe)

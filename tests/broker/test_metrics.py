@@ -101,7 +101,7 @@ def test_emit_flush_lines_parse_with_every_field(tmp_path: Path) -> None:
         origin_topic="T",
         reconsume_times=2,
     )
-    assert writer.stats.buffered == 2
+    assert writer.statistics().buffered == 2
     assert writer.flush_nowait() == 2
     (file,) = event_files(tmp_path)
     raw = [json.loads(line) for line in file.read_text().splitlines()]
@@ -116,7 +116,9 @@ def test_emit_flush_lines_parse_with_every_field(tmp_path: Path) -> None:
     assert isinstance(first["latency_ms"], float) and isinstance(first["ts_ms"], float)
     assert second["wake_mode"] == "topic" and second["found"] is True
     assert (second["origin_topic"], second["reconsume_times"]) == ("T", 2)
-    assert writer.stats == metrics.MetricsStats(written=2, dropped=0, write_errors=0, buffered=0)
+    assert writer.statistics() == metrics.MetricsStatistics(
+        written=2, dropped=0, write_errors=0, buffered=0, observer_errors=0
+    )
     assert b" " not in file.read_bytes()  # compact separators
 
 
@@ -125,7 +127,9 @@ async def test_disabled_writer_is_a_noop(tmp_path: Path) -> None:
     emit_store(writer, 10)
     assert not writer.enabled
     assert writer.flush_nowait() == 0
-    assert writer.stats == metrics.MetricsStats(written=0, dropped=0, write_errors=0, buffered=0)
+    assert writer.statistics() == metrics.MetricsStatistics(
+        written=0, dropped=0, write_errors=0, buffered=0, observer_errors=0
+    )
     with trio.fail_after(1):
         await writer.run()  # returns at once: nothing to do
     assert await trio.to_thread.run_sync(os.listdir, tmp_path) == []
@@ -134,11 +138,11 @@ async def test_disabled_writer_is_a_noop(tmp_path: Path) -> None:
 def test_full_buffer_drops_and_counts(tmp_path: Path) -> None:
     writer = make(tmp_path, max_buffer=3)
     emit_store(writer, 5)
-    assert (writer.stats.buffered, writer.stats.dropped) == (3, 2)
+    assert (writer.statistics().buffered, writer.statistics().dropped) == (3, 2)
     assert writer.flush_nowait() == 3
     emit_store(writer, 1)  # room again after a flush
     assert writer.flush_nowait() == 1
-    assert writer.stats.dropped == 2 and writer.stats.written == 4
+    assert writer.statistics().dropped == 2 and writer.statistics().written == 4
 
 
 def test_unserializable_event_is_dropped_not_written(tmp_path: Path) -> None:
@@ -146,7 +150,7 @@ def test_unserializable_event_is_dropped_not_written(tmp_path: Path) -> None:
     writer.emit(EventKind.ACK, topic="T", latency_ms=math.nan)
     writer.emit(EventKind.ACK, topic="T", latency_ms=1.0)
     assert writer.flush_nowait() == 1
-    assert writer.stats.dropped == 1
+    assert writer.statistics().dropped == 1
     assert len(all_lines(tmp_path)) == 1
 
 
@@ -215,7 +219,9 @@ def test_write_error_is_counted_not_raised(tmp_path: Path) -> None:
     emit_store(writer, 3)
     writer.emit(EventKind.ACK, topic="T", latency_ms=math.inf)  # dropped once, not twice
     assert writer.flush_nowait() == 0
-    assert writer.stats == metrics.MetricsStats(written=0, dropped=4, write_errors=1, buffered=0)
+    assert writer.statistics() == metrics.MetricsStatistics(
+        written=0, dropped=4, write_errors=1, buffered=0, observer_errors=0
+    )
     target.unlink()
     emit_store(writer, 2)
     assert writer.flush_nowait() == 2  # recovers once the directory can be made
@@ -229,11 +235,11 @@ async def test_run_flushes_periodically(
         nursery.start_soon(writer.run, 0.5)
         emit_store(writer, 3)
         await trio.sleep(0.25)
-        assert writer.stats.written == 0  # not before the interval
-        await wait_until(lambda: writer.stats.written == 3)
+        assert writer.statistics().written == 0  # not before the interval
+        await wait_until(lambda: writer.statistics().written == 3)
         assert trio.current_time() >= 0.5
         emit_store(writer, 2)
-        await wait_until(lambda: writer.stats.written == 5)
+        await wait_until(lambda: writer.statistics().written == 5)
         nursery.cancel_scope.cancel()
     assert len(all_lines(tmp_path)) == 5
 
@@ -248,8 +254,8 @@ async def test_run_flushes_on_cancel(
             await trio.sleep(1)
             emit_store(writer, 4)
             nursery.cancel_scope.cancel()
-    assert writer.stats.buffered == 0  # taken by the final flush
-    await wait_until(lambda: writer.stats.written == 4)
+    assert writer.statistics().buffered == 0  # taken by the final flush
+    await wait_until(lambda: writer.statistics().written == 4)
     assert len(all_lines(tmp_path)) == 4
 
 
@@ -275,11 +281,11 @@ async def test_run_survives_write_errors_and_logs_once_a_minute(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(writer.run, 0.2)
         emit_store(writer, 3)
-        await wait_until(lambda: writer.stats.write_errors == 1)
+        await wait_until(lambda: writer.statistics().write_errors == 1)
         emit_store(writer, 2)
-        await wait_until(lambda: writer.stats.write_errors == 2)
+        await wait_until(lambda: writer.statistics().write_errors == 2)
         nursery.cancel_scope.cancel()
-    assert (writer.stats.dropped, writer.stats.written) == (5, 0)
+    assert (writer.statistics().dropped, writer.statistics().written) == (5, 0)
     assert len(log.warnings) == 1 and log.warnings[0]["dropped"] == 3
 
 

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from broker.config import BrokerConfig, ConfigError, from_sources, load
-from broker.metrics import EventKind, MetricsStats, MetricsWriter
+from broker.metrics import EventKind, MetricsStatistics, MetricsWriter
 from broker.prometheus import OTHER, EventExporter
 from protocol.codes import ResponseCode
 from tests.broker.client import open_broker, open_client
@@ -34,7 +34,7 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | Non
 
 
 def test_rows_become_counters_histograms_and_wasted_wakeups(tmp_path: Path) -> None:
-    exporter = EventExporter(writer_stats=lambda: MetricsStats(7, 2, 0, 0))
+    exporter = EventExporter(writer_statistics=lambda: MetricsStatistics(7, 2, 0, 0, 0))
     writer = writer_with(exporter, tmp_path)
     for latency_ms, found in ((0.3, True), (1.5, False), (40.0, False)):
         writer.emit(EventKind.WAKEUP, topic="T", group="g", latency_ms=latency_ms, found=found)
@@ -89,6 +89,8 @@ def test_a_failing_observer_does_not_stop_the_event_files(tmp_path: Path) -> Non
             assert writer.flush_nowait() == 1
     # Logged the 1st and 2nd time, not the 3rd (then the 4th, 8th ...): no flood per flush.
     assert [e["errors"] for e in logs if e["event"] == "metrics observer failed"] == [1, 2]
+    stats = writer.statistics()
+    assert (stats.observer_errors, stats.written) == (3, 3)
 
 
 def test_prometheus_port_setting(tmp_path: Path) -> None:
