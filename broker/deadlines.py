@@ -12,6 +12,7 @@ slow disk never delays another source's deadline.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import trio
@@ -51,6 +52,17 @@ class DeadlineSource(Protocol):
         """Act on everything due by ``now_ms``; start tasks in ``nursery`` for waiting."""
 
 
+@dataclass(frozen=True, slots=True)
+class DeadlineLoopStatistics:
+    """A snapshot of a :class:`DeadlineLoop`'s counters (:meth:`DeadlineLoop.statistics`)."""
+
+    #: Wake-ups of the loop since :meth:`DeadlineLoop.run` started (a deadline came due or
+    #: a source poked it).
+    rounds: int
+    #: Deadline sources served.
+    sources: int
+
+
 class DeadlineLoop:
     """Sleeps until the earliest deadline of its sources (see the module docstring)."""
 
@@ -58,11 +70,15 @@ class DeadlineLoop:
         self.clock = clock
         self.sources: Sequence[DeadlineSource] = ()
         self._changed = trio.Event()
-        self.rounds = 0
+        self._rounds = 0
 
     def poke(self) -> None:
         """A source has a new (maybe earlier) deadline: recompute the sleep."""
         self._changed.set()
+
+    def statistics(self) -> DeadlineLoopStatistics:
+        """A snapshot of the counters."""
+        return DeadlineLoopStatistics(rounds=self._rounds, sources=len(self.sources))
 
     def next_deadline_ms(self) -> int | None:
         """The earliest deadline of all sources."""
@@ -90,5 +106,5 @@ class DeadlineLoop:
                     due = source.next_deadline_ms()
                     if due is not None and due <= now:
                         source.fire_due(now, nursery)
-                self.rounds += 1
+                self._rounds += 1
                 await trio.lowlevel.checkpoint()

@@ -27,13 +27,30 @@ class PullWaiter:
     event: trio.Event = field(default_factory=trio.Event)
 
 
+@dataclass(frozen=True, slots=True)
+class PullHubStatistics:
+    """A snapshot of a :class:`PullHub`'s counters (:meth:`PullHub.statistics`)."""
+
+    #: Pulls parked now, and the queues they park on.
+    parked: int
+    queues: int
+    #: Parked pulls woken by a matching message since the start (not by ``wake_all``).
+    wakeups: int
+
+
 class PullHub:
     """Parked pulls by queue; the store's :class:`~broker.store.api.ArrivalListener`."""
 
     def __init__(self) -> None:
         self._waiters: dict[QueueKey, list[PullWaiter]] = {}
-        self.wakeups = 0
-        self.parked = 0
+        self._wakeups = 0
+        self._parked = 0
+
+    def statistics(self) -> PullHubStatistics:
+        """A snapshot of the counters."""
+        return PullHubStatistics(
+            parked=self._parked, queues=len(self._waiters), wakeups=self._wakeups
+        )
 
     async def wait(
         self, topic: str, queue_id: int, tags_codes: frozenset[int] | None, deadline: float
@@ -44,12 +61,12 @@ class PullHub:
         waiter = PullWaiter(tags_codes)
         waiters = self._waiters.setdefault(key, [])
         waiters.append(waiter)
-        self.parked += 1
+        self._parked += 1
         try:
             with trio.move_on_at(deadline):
                 await waiter.event.wait()
         finally:
-            self.parked -= 1
+            self._parked -= 1
             if not waiter.event.is_set():
                 waiters.remove(waiter)
             if not waiters and self._waiters.get(key) is waiters:
@@ -73,7 +90,7 @@ class PullHub:
         for waiter in waiters:
             if waiter.tags_codes is None or tags_code in waiter.tags_codes:
                 waiter.event.set()
-                self.wakeups += 1
+                self._wakeups += 1
             else:
                 keep.append(waiter)
         waiters[:] = keep

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -46,6 +47,20 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@dataclass(frozen=True, slots=True)
+class TimerStatistics:
+    """A snapshot of a :class:`TimerService`'s counters (:meth:`TimerService.statistics`)."""
+
+    #: Scheduled records copied to their real topic since the start.
+    delivered: int
+    #: Deliveries whose copy could not be stored or made durable (each retried later).
+    retried: int
+    #: Records waiting for their time now.
+    pending: int
+    #: Copies written and waiting for their fsync now.
+    in_flight: int
+
+
 class TimerService:
     """Scheduled delivery over a store (see the module docstring)."""
 
@@ -67,7 +82,8 @@ class TimerService:
         #: Tells the deadline loop about a new deadline.
         self.poke = poke
         self._in_flight: dict[tuple[int, int], int] = {}  # (queue, offset) -> copy's end
-        self.delivered = 0
+        self._delivered = 0
+        self._retried = 0
 
     # ------------------------------------------------------------------ start-up
     def load(self) -> None:
@@ -161,11 +177,21 @@ class TimerService:
                 del self._in_flight[key]
         if ok:
             self.schedule.mark_delivered(*key)
-            self.delivered += 1
+            self._delivered += 1
         else:
+            self._retried += 1
             _log.warning("scheduled delivery failed; retrying", topic=topic, remark=result.remark)
             self.schedule.retry(due, self.clock_ms() + RETRY_DELAY_MS)
             self.poke()
+
+    def statistics(self) -> TimerStatistics:
+        """A snapshot of the counters."""
+        return TimerStatistics(
+            delivered=self._delivered,
+            retried=self._retried,
+            pending=self.schedule.pending,
+            in_flight=len(self._in_flight),
+        )
 
     # ------------------------------------------------------------------ persistence
     def before_checkpoint(self) -> Callable[[], None]:

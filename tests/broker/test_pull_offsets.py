@@ -151,7 +151,7 @@ async def update_offset(client: BrokerClient, offset: int, queue_id: int = 0) ->
 async def wait_parked(broker: BrokerHandle, count: int = 1) -> None:
     """Wait until ``count`` pulls are parked in the broker's hub."""
     # A counter, not an event: the hub has nothing to wait on, so poll it briefly.
-    while broker.ctx.pull_hub.parked < count:  # noqa: ASYNC110
+    while broker.ctx.pull_hub.statistics().parked < count:  # noqa: ASYNC110
         await trio.sleep(0.005)
 
 

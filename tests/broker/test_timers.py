@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from broker.deadlines import DeadlineLoop, DeadlineLoopStatistics
 from broker.schedule import (
     LEVEL_MS,
     TIMER_QUEUE,
@@ -18,6 +19,7 @@ from broker.schedule import (
 )
 from broker.store.api import GetStatus
 from broker.store.store import MessageStore
+from broker.timers import TimerStatistics
 from protocol.codes import RequestCode, ResponseCode
 from protocol.headers.send import SendMessageRequestHeader, send_header_to_v2_ext
 from protocol.message import MessageExt, decode_records
@@ -127,6 +129,13 @@ async def test_timer_message_arrives_at_its_time_not_before(tmp_path: Path) -> N
                 assert "TIMER_DELAY_MS" not in m.properties
                 assert "DELAY" not in m.properties
                 assert m.properties[TIMER_SRC]
+            for _ in range(100):  # counted once its copy is durable, just after it is readable
+                if broker.ctx.timers.statistics().delivered == 2:
+                    break
+                await trio.sleep(0.01)
+            assert broker.ctx.timers.statistics() == TimerStatistics(
+                delivered=2, retried=0, pending=0, in_flight=0
+            )
 
 
 async def test_pending_timers_survive_a_restart_and_fire_once(tmp_path: Path) -> None:
@@ -161,3 +170,36 @@ def test_snapshot_counts_deliveries_still_waiting_on_their_fsync() -> None:
     assert again.delivered(TIMER_QUEUE, 1)
     assert again.delivered(0, 0)
     assert not s.delivered(TIMER_QUEUE, 1)  # the live schedule is unchanged
+
+
+# ------------------------------------------------------------------ the deadline loop
+class OneDeadline:
+    """A deadline source with one deadline, fired once."""
+
+    def __init__(self, at_ms: int) -> None:
+        self.at_ms: int | None = at_ms
+        self.fired = trio.Event()
+
+    def next_deadline_ms(self) -> int | None:
+        return self.at_ms
+
+    def fire_due(self, now_ms: int, nursery: trio.Nursery) -> None:
+        self.at_ms = None
+        self.fired.set()
+
+
+async def test_deadline_loop_statistics_count_its_rounds() -> None:
+    loop = DeadlineLoop()
+    assert loop.statistics() == DeadlineLoopStatistics(rounds=0, sources=0)
+    source = OneDeadline(loop.clock.now_ms() + 20)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(loop.run, [source])
+            await source.fired.wait()
+            await trio.sleep(0.01)
+            stats = loop.statistics()
+            assert stats.sources == 1 and stats.rounds >= 1
+            loop.poke()
+            await trio.sleep(0.01)
+            assert loop.statistics().rounds > stats.rounds
+            nursery.cancel_scope.cancel()
