@@ -29,7 +29,6 @@ from __future__ import annotations
 import enum
 import heapq
 import itertools
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -527,11 +526,3 @@ class PopHub:
             last_error=self._last_error,
             groups=MappingProxyType(groups),
         )
-
-    def stats(self) -> dict[str, Any]:
-        """Deprecated: ``statistics().as_json()``. Kept for ``PopEngine.stats()``
-        (broker/pop/service.py) until it moves to :meth:`statistics`."""
-        warnings.warn(
-            "PopHub.stats() is deprecated; use statistics()", DeprecationWarning, stacklevel=2
-        )
-        return self.statistics().as_json()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from broker.logs import get_logger
 from broker.metrics import EventKind, MetricsWriter
-from broker.pop.hub import PopHub, WakeMode
+from broker.pop.hub import PopHub, PopHubStatistics
 from broker.pop.inflight import InflightTable, Lease, LeaseKey, Outcome
 from broker.pop.journal import Journal
 from broker.pop.reader import PopReader, PopRequest, PopResult
@@ -255,13 +255,28 @@ class PopEngine:
         so a clean restart replays nothing)."""
         self.journal.close()
 
-    def stats(self) -> dict[str, object]:
-        """Numbers for the admin and the benchmarks."""
-        return {
-            "in_flight": len(self.table),
-            "acked": self.table.acked_count,
-            "revived": self.revive.revived,
-            "dead_lettered": self.revive.dead_lettered,
-            "wake_mode": WakeMode(self.hub.wake_mode).value,
-            "hub": self.hub.stats(),
-        }
+    def statistics(self) -> PopStatistics:
+        """A snapshot of the pop state's counters (the hub's included)."""
+        return PopStatistics(
+            in_flight=len(self.table),
+            cursors=len(self.table.cursors),
+            acked=self.table.acked_count,
+            revived=self.revive.revived,
+            dead_lettered=self.revive.dead_lettered,
+            hub=self.hub.statistics(),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PopStatistics:
+    """What :meth:`PopEngine.statistics` reports."""
+
+    #: Leases not yet acked or revived.
+    in_flight: int
+    #: (group, topic, queue) pop cursors.
+    cursors: int
+    acked: int
+    #: Leases copied to a retry topic at their deadline, and those dead-lettered instead.
+    revived: int
+    dead_lettered: int
+    hub: PopHubStatistics

@@ -101,10 +101,10 @@ async def test_unacked_message_is_revived_at_its_deadline_into_the_v2_retry_topi
             pop_state = broker.ctx.pop
             assert pop_state is not None
             for _ in range(300):  # bounded: one flush interval at most
-                if pop_state.stats()["in_flight"] == 0:
+                if pop_state.statistics().in_flight == 0:
                     break
                 await trio.sleep(0.01)
-            assert pop_state.stats()["revived"] == 1 and pop_state.stats()["in_flight"] == 0
+            assert pop_state.statistics().revived == 1 and pop_state.statistics().in_flight == 0
 
 
 async def test_change_invisible_time_moves_the_deadline_and_staleness(tmp_path: Path) -> None:

@@ -539,12 +539,6 @@ async def test_statistics_are_a_frozen_snapshot() -> None:
         nursery.cancel_scope.cancel()
 
 
-def test_the_deprecated_stats_dict_is_built_from_statistics() -> None:
-    hub = PopHub()
-    with pytest.warns(DeprecationWarning, match="statistics"):
-        assert hub.stats() == hub.statistics().as_json()
-
-
 async def test_stats_are_json_and_cover_every_group() -> None:
     hub = PopHub()
     async with trio.open_nursery() as nursery:
