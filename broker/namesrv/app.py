@@ -1,11 +1,11 @@
 """``serve_namesrv``: one name-server process — listener, route table, expiry scan.
 
-Connections are served with the broker's machinery: the same frame decoder, the same
-:class:`~broker.remoting.connection.Connection` and writer task, the same malformed-input
-answers (``broker.remoting.server.answer_malformed``), and a
+Connections are served by the broker's Remoting server
+(:func:`broker.remoting.server.serve_remoting`: the same connections, writer tasks,
+back-pressure and malformed-input answers) running a
 :class:`~broker.remoting.dispatch.Registry` of its own
 (:data:`broker.namesrv.processors.NAMESRV`). No name-server request waits for anything but a
-small file write, so requests run in the reader task, in order.
+small file write, so none is marked as parking: they run in the reader task, in order.
 
 Several name servers never talk to each other (as in RocketMQ): each knows what the brokers
 told it, and brokers register with all of them.
@@ -14,7 +14,6 @@ told it, and brokers register with all of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import trio
 
@@ -24,12 +23,9 @@ from broker.namesrv.context import NamesrvContext
 from broker.namesrv.kv import KVConfig
 from broker.namesrv.processors import NAMESRV
 from broker.namesrv.routes import RouteTable
-from broker.remoting.connection import Connection, run_writer
-from broker.remoting.server import RECEIVE_SIZE, answer_malformed, peer_of
+from broker.remoting.server import BoundRegistry, ServerLimits, serve_remoting
 from broker.store.files import read_optional
-from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
-from protocol.frame import FrameDecoder
 
 _log = get_logger("namesrv")
 
@@ -74,60 +70,6 @@ async def scan_expired(ctx: NamesrvContext) -> None:
                          silent_s=round(ctx.now() - gone.last_update, 3))  # fmt: skip
 
 
-async def handle_connection(ctx: NamesrvContext, stream: trio.SocketStream) -> None:
-    """Serve one connection until it closes or the name server stops."""
-    if ctx.connections >= ctx.config.max_connections:
-        _log.warning("connection refused: limit reached", limit=ctx.config.max_connections)
-        await stream.aclose()
-        return
-    ctx.connections += 1
-    limit = ctx.config.max_frame_size
-    send, receive = trio.open_memory_channel[RemotingCommand](ctx.config.write_queue)
-    conn = Connection(peer_of(stream), send, stream, limit)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run_writer, conn, stream, receive, limit)
-            try:
-                await _serve_requests(ctx, conn, stream)
-            finally:
-                nursery.cancel_scope.cancel()
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        pass  # the peer went away while we were writing
-    finally:
-        conn.closed = True
-        ctx.connections -= 1
-        with trio.CancelScope(shield=True):
-            await stream.aclose()
-
-
-async def _serve_requests(ctx: NamesrvContext, conn: Connection, stream: trio.SocketStream) -> None:
-    decoder = FrameDecoder(ctx.config.max_frame_size)
-    while True:
-        try:
-            data = await stream.receive_some(RECEIVE_SIZE)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return
-        decoder.feed(data)
-        while True:
-            try:
-                cmd = decoder.next_command()
-            except ProtocolError as exc:
-                if exc.fatal:
-                    _log.info("closing connection on bad framing", peer=conn.peer, error=str(exc))
-                    return
-                answer_malformed(conn, exc)
-                continue
-            if cmd is None:
-                break
-            if cmd.is_response:
-                continue
-            reply = await NAMESRV.dispatch(ctx, conn, cmd)
-            if reply is not None:
-                await conn.send(reply)
-        if not data:
-            return
-
-
 async def serve_namesrv(
     config: NamesrvConfig,
     *,
@@ -142,7 +84,11 @@ async def serve_namesrv(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(scan_expired, ctx)
             await nursery.start(
-                partial(trio.serve_listeners, partial(handle_connection, ctx), listeners)
+                serve_remoting,
+                BoundRegistry(NAMESRV, ctx),
+                listeners,
+                ServerLimits.of(config),
+                ctx.server,
             )
             _log.info("namesrv started", address=address, port=port,
                       broker_expire_s=config.broker_expire_s)  # fmt: skip

@@ -1,4 +1,5 @@
-"""What every name-server processor can reach: settings, the route table, the KV config."""
+"""What every name-server processor can reach: settings, the route table, the KV config, and
+the Remoting server's bookkeeping."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import trio
 from broker.namesrv.config import NamesrvConfig
 from broker.namesrv.kv import KVConfig
 from broker.namesrv.routes import RouteTable
+from broker.remoting.server import ServerState
 from broker.store.files import atomic_write
 
 
@@ -19,7 +21,8 @@ class NamesrvContext:
     config: NamesrvConfig
     routes: RouteTable
     kv: KVConfig = field(default_factory=KVConfig)
-    connections: int = 0
+    #: Connections, requests in flight and counters of the name server's Remoting server.
+    server: ServerState = field(default_factory=ServerState)
     #: Serializes KV file writes so that the last change is the one on disk.
     kv_lock: trio.Lock = field(default_factory=trio.Lock)
 

@@ -1,15 +1,23 @@
 """One client connection: many requests in flight, replies written as they are ready.
 
-Theory of operation: the reader (``broker.remoting.server``) decodes frames and starts one task
-per request in the connection's nursery, so a parked long poll never holds up the requests
-behind it. Every reply goes through a bounded channel to one writer task, which encodes and
-sends whatever has queued up in one ``send_all`` (fewer syscalls under load). When the
-channel is full, handlers wait: a slow reader slows only its own connection (back-pressure).
+Theory of operation: the reader (``broker.remoting.server``) turns bytes into requests with
+the connection's :class:`~protocol.connection.RemotingConnection` and runs them, a request
+that may wait in a task of its own, so a parked long poll never holds up the requests behind
+it. Replies are encoded by that same protocol object (on the request's opaque, in its
+serialize type) and written straight to the socket when nothing else is waiting to be
+written; otherwise they go through a bounded channel to one writer task, which sends
+whatever has queued up in one ``send_all`` (fewer syscalls under load). When the channel is
+full, handlers wait: a slow reader slows only its own connection (back-pressure).
+
+:attr:`Connection.unsent` counts the frames handed over and not yet written, whichever way
+they go, so "every reply has left" is one comparison and the server hears (``on_idle``) the
+moment it becomes true: a graceful stop waits for that instead of polling.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -17,6 +25,7 @@ import trio
 from broker.logs import get_logger
 from protocol.codes import ResponseCode
 from protocol.command import FLAG_RESPONSE, RemotingCommand
+from protocol.connection import RemotingConnection, Role
 from protocol.errors import EncodeError
 from protocol.frame import encode_command
 
@@ -26,89 +35,144 @@ _ids = itertools.count(1)
 _MAX_BATCH = 128
 
 
+def _nothing() -> None:
+    pass
+
+
 @dataclass(eq=False)
 class Connection:
     """A client connection as the processors see it."""
 
     peer: str
-    send_channel: trio.MemorySendChannel[RemotingCommand]
-    #: The socket, written directly when no reply is queued (saves a hop through the writer).
+    #: Encoded frames for the writer task.
+    send_channel: trio.MemorySendChannel[bytes]
+    #: The socket, written directly when nothing is queued (saves a hop through the writer).
     stream: trio.abc.SendStream | None = None
-    max_frame_size: int = 16 * 1024 * 1024
+    #: The protocol state: opaques of our notifications, encoding of replies.
+    protocol: RemotingConnection = field(default_factory=lambda: RemotingConnection(Role.SERVER))
+    #: Called each time the last unsent frame has been written.
+    on_idle: Callable[[], None] = _nothing
     write_lock: trio.StrictFIFOLock = field(default_factory=trio.StrictFIFOLock)
     id: int = field(default_factory=lambda: next(_ids))
     client_ids: set[str] = field(default_factory=set)
     closed: bool = False
-    _opaques: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    #: Frames queued or being written, not yet handed to the socket.
+    unsent: int = 0
 
-    async def send(self, cmd: RemotingCommand, *, direct: bool = True) -> None:
-        """Send ``cmd``: straight to the socket when ``direct``, nothing is queued and nobody
-        is writing (one scheduling round less per request), else through the writer's queue
-        (which batches a burst of replies into one write; waits while the queue is full:
-        back-pressure)."""
+    @property
+    def max_frame_size(self) -> int:
+        """Largest frame accepted from this client (and sent to it)."""
+        return self.protocol.max_frame_size
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is waiting to be written."""
+        return self.unsent == 0
+
+    async def send_response(
+        self, request: RemotingCommand, reply: RemotingCommand, *, direct: bool = True
+    ) -> None:
+        """Send ``reply`` to ``request``: straight to the socket when ``direct`` and nothing
+        else is unsent (one scheduling round less per request), else through the writer's
+        queue (which batches a burst of replies into one write; waits while the queue is
+        full: back-pressure)."""
         if self.closed:
             return
-        try:
-            if (
-                direct
-                and self.stream is not None
-                and not self.write_lock.locked()
-                and self.send_channel.statistics().current_buffer_used == 0
-            ):
-                data = encode_reply(cmd, self.max_frame_size)
-                async with self.write_lock:
-                    await self.stream.send_all(data)
-            else:
-                await self.send_channel.send(cmd)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self.closed = True
+        await self._write(encode_reply(self.protocol, request, reply), direct=direct)
 
     def notify_nowait(self, cmd: RemotingCommand) -> bool:
-        """Queue a broker-initiated oneway request without waiting; False if it was dropped
-        (a client too slow to read its replies does not get notifications either)."""
+        """Queue a broker-initiated oneway request (its opaque from :meth:`next_opaque`)
+        without waiting; False if it was dropped (a client too slow to read its replies does
+        not get notifications either)."""
         if self.closed:
             return False
         try:
-            self.send_channel.send_nowait(cmd)
+            data = encode_command(cmd)
+        except EncodeError as exc:
+            _log.warning("notification not encodable", code=cmd.code, error=str(exc))
+            return False
+        return self.write_nowait(data)
+
+    def write_nowait(self, data: bytes) -> bool:
+        """Queue an encoded frame without waiting; False if it was dropped (queue full or
+        connection gone)."""
+        if self.closed:
+            return False
+        try:
+            self.send_channel.send_nowait(data)
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             return False
+        self.unsent += 1
         return True
 
     def next_opaque(self) -> int:
         """Opaque for a request the broker sends to this client."""
-        return next(self._opaques)
+        return self.protocol.next_opaque()
+
+    def written(self, frames: int) -> None:
+        """``frames`` left for the socket (or were given up on)."""
+        self.unsent -= frames
+        if not self.unsent:
+            self.on_idle()
+
+    async def _write(self, data: bytes, *, direct: bool) -> None:
+        self.unsent += 1
+        queued = False
+        try:
+            # unsent == 1: only this frame, so neither the writer nor another request is
+            # writing (both hold unsent frames while they do); the lock still orders us
+            # before anything queued while our send_all blocks.
+            if direct and self.unsent == 1 and self.stream is not None:
+                async with self.write_lock:
+                    await self.stream.send_all(data)
+            else:
+                await self.send_channel.send(data)
+                queued = True
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.closed = True
+        finally:
+            if not queued:  # written, failed or cancelled: the writer will never see it
+                self.written(1)
 
 
-def encode_reply(cmd: RemotingCommand, max_frame_size: int) -> bytes:
-    """Encode a reply; a reply that cannot be encoded becomes a plain SYSTEM_ERROR."""
+def encode_reply(
+    protocol: RemotingConnection, request: RemotingCommand, reply: RemotingCommand
+) -> bytes:
+    """Encode ``reply`` to ``request``; a reply that cannot be encoded (too large, a field
+    the header type cannot carry) becomes a plain SYSTEM_ERROR, so the client still hears."""
     try:
-        return encode_command(cmd, max_frame_size=max_frame_size)
+        return protocol.send_response(request, reply)
     except EncodeError as exc:
-        _log.warning("reply not encodable", opaque=cmd.opaque, error=str(exc))
+        _log.warning("reply not encodable", opaque=request.opaque, error=str(exc))
         fallback = RemotingCommand(
             code=ResponseCode.SYSTEM_ERROR,
-            opaque=cmd.opaque,
+            opaque=request.opaque,
             flag=FLAG_RESPONSE,
             remark="reply could not be encoded",
-            serialize_type=cmd.serialize_type,
+            serialize_type=request.serialize_type,
         )
-        return encode_command(fallback)
+        return protocol.send_response(request, fallback)
 
 
 async def run_writer(
-    conn: Connection,
-    stream: trio.abc.SendStream,
-    receive: trio.MemoryReceiveChannel[RemotingCommand],
-    max_frame_size: int,
+    conn: Connection, stream: trio.abc.SendStream, receive: trio.MemoryReceiveChannel[bytes]
 ) -> None:
-    """Send queued replies, batching whatever is ready, until the channel closes."""
+    """Send queued frames, batching whatever is ready, until the channel closes.
+
+    Raises:
+        trio.BrokenResourceError, trio.ClosedResourceError: the peer went away; the
+            connection's handler ends the connection on it.
+    """
     async with receive:
-        async for cmd in receive:
-            frames = [encode_reply(cmd, max_frame_size)]
+        async for data in receive:
+            frames = [data]
             while len(frames) < _MAX_BATCH:
                 try:
-                    frames.append(encode_reply(receive.receive_nowait(), max_frame_size))
+                    frames.append(receive.receive_nowait())
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
-            async with conn.write_lock:
-                await stream.send_all(b"".join(frames))
+            try:
+                async with conn.write_lock:
+                    await stream.send_all(frames[0] if len(frames) == 1 else b"".join(frames))
+            finally:
+                conn.written(len(frames))

@@ -1,134 +1,421 @@
-"""The TCP side: accept connections, decode frames, run requests, write replies.
+"""The Remoting server, for the broker and the name server alike: accept connections, read
+requests, run them, write replies.
 
-One nursery per connection owns its writer task and one task per request (see
-``broker.remoting.connection``). Malformed input never crashes anything: a bad header in a
-well-delimited frame or an oversize frame whose header could be read is answered with an
-error on its opaque and the connection stays open; broken framing closes the connection, as
-RocketMQ's Netty decoder does.
+Theory of operation (hypercorn's shape: one server module around a sans-IO protocol):
+:func:`serve_remoting` runs ``trio.serve_listeners`` with :func:`handle_stream`, which serves
+one already-open stream (tests hand it one end of ``trio.testing.memory_stream_pair()``).
+A :class:`~protocol.connection.RemotingConnection` turns the bytes into events; this task
+reads and runs the requests, one writer task per connection batches the replies
+(``broker.remoting.connection``), and both live in one nursery per connection. What the
+server runs is a :class:`Dispatcher`: the broker and the name server each pass their
+:class:`~broker.remoting.dispatch.Registry` bound to their context (:class:`BoundRegistry`).
+
+A request that may wait (a long poll, a send waiting for its fsync in SYNC mode) gets a task
+of its own, so it never holds up the requests behind it; every other request runs right here
+in the reader, because a task per request costs more than most requests do.
+
+Malformed input never crashes anything: a bad header in a well-delimited frame, or an
+oversize frame whose header could be read, is answered with an error on its opaque and the
+connection stays open; broken framing closes the connection, as RocketMQ's Netty decoder does.
+
+What the server keeps about its connections lives in a :class:`ServerState`: the open
+connections, the requests in flight, counters (:meth:`ServerState.statistics`), and
+:meth:`ServerState.wait_drained` for a graceful stop, which the caller bounds with a cancel
+scope.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
+
 import trio
 
-from broker.context import BrokerContext
 from broker.logs import get_logger
 from broker.remoting.connection import Connection, run_writer
-from protocol.codes import SerializeType
-from protocol.command import FLAG_RESPONSE, RemotingCommand
-from protocol.errors import FrameTooLargeError, HeaderError, ProtocolError
-from protocol.frame import FrameDecoder
+from broker.remoting.dispatch import Registry
+from protocol.command import RemotingCommand
+from protocol.connection import (
+    NEED_DATA,
+    Closed,
+    Malformed,
+    RemotingConnection,
+    Request,
+    Role,
+)
+from protocol.errors import ProtocolError
+from protocol.frame import DEFAULT_MAX_FRAME_SIZE
+
+if TYPE_CHECKING:
+    from broker.context import BrokerContext
 
 _log = get_logger("server")
 RECEIVE_SIZE = 65536
+Ctx = TypeVar("Ctx")
+ListenerT = TypeVar("ListenerT", bound=trio.abc.Listener[Any])
 
 
-async def handle_connection(ctx: BrokerContext, stream: trio.SocketStream) -> None:
-    """Serve one client connection until it closes or the broker stops."""
-    if ctx.connections >= ctx.config.max_connections:
-        _log.warning("connection refused: limit reached", limit=ctx.config.max_connections)
+# ------------------------------------------------------------------ what the server runs
+class Dispatcher(Protocol):
+    """What a Remoting server runs its requests with."""
+
+    async def dispatch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        """Run ``cmd`` and return its reply (None: no reply, for oneway requests)."""
+
+    def may_wait(self, code: int) -> bool:
+        """Whether a request with ``code`` may wait long enough to need a task of its own."""
+
+    def connection_closed(self, conn: Connection) -> None:
+        """``conn`` is gone: forget whatever was kept about it (the broker's consumers)."""
+
+
+class BoundRegistry(Generic[Ctx]):
+    """A :class:`~broker.remoting.dispatch.Registry` bound to its server's context: the
+    :class:`Dispatcher` the broker and the name server run.
+
+    Args:
+        registry: request code → handler.
+        ctx: what every handler is handed.
+        sync: SYNC flush mode: storing requests wait for an fsync, so they get a task too.
+        on_close: told about each connection that closes.
+    """
+
+    def __init__(
+        self,
+        registry: Registry[Ctx],
+        ctx: Ctx,
+        *,
+        sync: bool = False,
+        on_close: Callable[[Connection], None] | None = None,
+    ) -> None:
+        self.registry = registry
+        self.ctx = ctx
+        self.sync = sync
+        self._on_close = on_close
+
+    async def dispatch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        """Run the handler of ``cmd.code`` (errors become error replies)."""
+        return await self.registry.dispatch(self.ctx, conn, cmd)
+
+    def may_wait(self, code: int) -> bool:
+        """Parking codes, and storing codes in SYNC mode."""
+        return self.registry.may_wait(code, sync=self.sync)
+
+    def connection_closed(self, conn: Connection) -> None:
+        """Pass the news on to ``on_close``."""
+        if self._on_close is not None:
+            self._on_close(conn)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """What one server allows (the broker's and the name server's settings of these names)."""
+
+    #: Connections beyond this are closed at once.
+    max_connections: int = 4096
+    #: Largest frame accepted (and sent), length field included.
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+    #: Replies queued per connection before handlers wait (back-pressure).
+    write_queue: int = 256
+
+    @classmethod
+    def of(cls, config: _LimitSettings) -> ServerLimits:
+        """The limits a broker or name-server config sets."""
+        return cls(config.max_connections, config.max_frame_size, config.write_queue)
+
+
+class _LimitSettings(Protocol):
+    @property
+    def max_connections(self) -> int: ...
+    @property
+    def max_frame_size(self) -> int: ...
+    @property
+    def write_queue(self) -> int: ...
+
+
+# ------------------------------------------------------------------ bookkeeping
+@dataclass(frozen=True, slots=True)
+class ServerStatistics:
+    """A snapshot of one server's counters (:meth:`ServerState.statistics`)."""
+
+    #: Connections open now.
+    connections: int
+    #: Connections served since the start.
+    accepted: int
+    #: Connections closed at once because ``max_connections`` were open.
+    refused: int
+    #: Requests running now (including parked long polls).
+    in_flight: int
+    #: Requests run since the start.
+    requests: int
+    #: Malformed frames read (answered when their opaque could be read).
+    malformed: int
+    #: Connections closed because their framing broke.
+    broken_framing: int
+    #: Frames queued or being written on all connections.
+    unsent: int
+
+
+class ServerState:
+    """The transport bookkeeping of one server, shared by all its connections.
+
+    ``open_connections`` and ``in_flight`` are what a graceful stop waits on: it is drained
+    when no request runs and every connection has written all it was given.
+    """
+
+    def __init__(self) -> None:
+        self.open_connections: set[Connection] = set()
+        self.in_flight = 0
+        self.accepted = 0
+        self.refused = 0
+        self.requests = 0
+        self.malformed = 0
+        self.broken_framing = 0
+        # Tasks in wait_drained; empty (and so free to poke) except during a stop.
+        self._drain_waiters = trio.lowlevel.ParkingLot()
+
+    @property
+    def connections(self) -> int:
+        """Connections open now."""
+        return len(self.open_connections)
+
+    def opened(self, conn: Connection) -> None:
+        """``conn`` was accepted."""
+        self.open_connections.add(conn)
+        self.accepted += 1
+
+    def closed(self, conn: Connection) -> None:
+        """``conn`` ended; what it had not written is no longer waited for."""
+        self.open_connections.discard(conn)
+        self.poke()
+
+    def request_started(self) -> None:
+        """A request starts running."""
+        self.in_flight += 1
+        self.requests += 1
+
+    def request_finished(self) -> None:
+        """A request finished (its reply, if any, is handed to its connection)."""
+        self.in_flight -= 1
+        self.poke()
+
+    def drained(self) -> bool:
+        """No request is running and every reply has been handed to its socket."""
+        return self.in_flight == 0 and all(c.idle for c in self.open_connections)
+
+    def poke(self) -> None:
+        """Something that :meth:`drained` depends on went down: wake the waiters if it now
+        holds. Costs one check while nobody waits, so connections call it on every write."""
+        if self._drain_waiters and self.drained():
+            self._drain_waiters.unpark_all()
+
+    async def wait_drained(self) -> None:
+        """Wait until :meth:`drained` (no polling: woken by :meth:`poke`); bound it with a
+        cancel scope, since a parked long poll or a client that stops reading never drains.
+        """
+        while not self.drained():  # bounded by the caller's cancel scope
+            await self._drain_waiters.park()
+
+    def statistics(self) -> ServerStatistics:
+        """The counters now."""
+        return ServerStatistics(
+            connections=self.connections,
+            accepted=self.accepted,
+            refused=self.refused,
+            in_flight=self.in_flight,
+            requests=self.requests,
+            malformed=self.malformed,
+            broken_framing=self.broken_framing,
+            unsent=sum(c.unsent for c in self.open_connections),
+        )
+
+
+# ------------------------------------------------------------------ serving
+async def serve_remoting(
+    dispatcher: Dispatcher,
+    listeners: list[ListenerT],
+    limits: ServerLimits,
+    state: ServerState,
+    *,
+    task_status: trio.TaskStatus[list[ListenerT]] = trio.TASK_STATUS_IGNORED,
+) -> NoReturn:
+    """Serve Remoting on ``listeners`` until cancelled; reports them when listening."""
+    await trio.serve_listeners(
+        partial(handle_stream, dispatcher, limits, state), listeners, task_status=task_status
+    )
+
+
+async def handle_stream(
+    dispatcher: Dispatcher, limits: ServerLimits, state: ServerState, stream: trio.abc.Stream
+) -> None:
+    """Serve one connection until it closes, its framing breaks, or the server stops; the
+    stream is always closed."""
+    if state.connections >= limits.max_connections:
+        state.refused += 1
+        _log.warning("connection refused: limit reached", limit=limits.max_connections)
         await stream.aclose()
         return
-    ctx.connections += 1
-    peer = peer_of(stream)
-    send, receive = trio.open_memory_channel[RemotingCommand](ctx.config.write_queue)
-    conn = Connection(peer, send, stream, ctx.config.max_frame_size)
-    ctx.open_connections.add(conn)
+    send, receive = trio.open_memory_channel[bytes](limits.write_queue)
+    protocol = RemotingConnection(Role.SERVER, max_frame_size=limits.max_frame_size)
+    conn = Connection(peer_of(stream), send, stream, protocol, on_idle=state.poke)
+    state.opened(conn)
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(run_writer, conn, stream, receive, ctx.config.max_frame_size)
+            nursery.start_soon(run_writer, conn, stream, receive)
             try:
-                await _read_requests(ctx, conn, stream, nursery)
+                await _read_requests(dispatcher, state, conn, stream, nursery)
             finally:
                 nursery.cancel_scope.cancel()
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
+    except* (trio.BrokenResourceError, trio.ClosedResourceError):
         pass  # the peer went away while we were writing
     finally:
         conn.closed = True
-        ctx.open_connections.discard(conn)
-        ctx.connections -= 1
-        ctx.consumers.connection_closed(conn)
+        protocol.close()
+        state.closed(conn)
+        dispatcher.connection_closed(conn)
         with trio.CancelScope(shield=True):
             await stream.aclose()
 
 
 async def _read_requests(
-    ctx: BrokerContext, conn: Connection, stream: trio.SocketStream, nursery: trio.Nursery
+    dispatcher: Dispatcher,
+    state: ServerState,
+    conn: Connection,
+    stream: trio.abc.ReceiveStream,
+    nursery: trio.Nursery,
 ) -> None:
-    decoder = FrameDecoder(ctx.config.max_frame_size)
     while True:
         try:
             data = await stream.receive_some(RECEIVE_SIZE)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
-        decoder.feed(data)
-        if not await _run_requests(ctx, conn, decoder, nursery) or not data:
+        conn.protocol.receive_data(data)
+        if not await _run_requests(dispatcher, state, conn, nursery):
             return
 
 
 async def _run_requests(
-    ctx: BrokerContext, conn: Connection, decoder: FrameDecoder, nursery: trio.Nursery
+    dispatcher: Dispatcher, state: ServerState, conn: Connection, nursery: trio.Nursery
 ) -> bool:
-    """Run every complete request; False when the connection must close.
-
-    A request that may wait (a long poll, a send waiting for its fsync in SYNC mode) gets a
-    task of its own, so it never holds up the requests behind it. Every other request is run
-    right here, in the reader: a task per request costs more than most requests do."""
-    sync = ctx.config.flush == "sync"
+    """Run every complete request; False when the connection must close."""
+    protocol = conn.protocol
     while True:
         try:
-            cmd = decoder.next_command()
+            event = protocol.next_event()
         except ProtocolError as exc:
-            if exc.fatal:
-                _log.info("closing connection on bad framing", peer=conn.peer, error=str(exc))
-                return False
-            answer_malformed(conn, exc)
-            continue
-        if cmd is None:
+            state.broken_framing += 1
+            _log.info("closing connection on bad framing", peer=conn.peer, error=str(exc))
+            return False
+        if event is NEED_DATA:
             return True
-        if cmd.is_response:
-            continue  # answers to our oneway notifications: nothing to do
-        if ctx.registry.may_wait(cmd.code, sync=sync):
-            nursery.start_soon(_run_request, ctx, conn, cmd)
-        else:
-            # The last request of a burst writes its reply itself; earlier ones queue theirs
-            # so that the writer sends the burst's replies in one write.
-            await _run_request(ctx, conn, cmd, direct=decoder.buffered < 8)
+        if type(event) is Request:  # the common case first
+            cmd = event.command
+            if dispatcher.may_wait(cmd.code):
+                nursery.start_soon(_run_request, dispatcher, state, conn, cmd)
+            else:
+                # The last request of a burst writes its reply itself; earlier ones queue
+                # theirs so that the writer sends the burst's replies in one write.
+                await _run_request(dispatcher, state, conn, cmd, direct=protocol.buffered < 8)
+        elif isinstance(event, Malformed):
+            state.malformed += 1
+            answer = protocol.answer_malformed(event)
+            if answer is not None:
+                conn.write_nowait(answer)
+        elif isinstance(event, Closed):
+            return False
+        # Responses: answers to our oneway notifications, nothing to do.
 
 
 async def _run_request(
-    ctx: BrokerContext, conn: Connection, cmd: RemotingCommand, *, direct: bool = True
+    dispatcher: Dispatcher,
+    state: ServerState,
+    conn: Connection,
+    cmd: RemotingCommand,
+    *,
+    direct: bool = True,
 ) -> None:
-    ctx.in_flight += 1
+    state.request_started()
     try:
-        reply = await ctx.registry.dispatch(ctx, conn, cmd)
-        if reply is not None:
-            await conn.send(reply, direct=direct)
+        reply = await dispatcher.dispatch(conn, cmd)
+        if reply is not None and not cmd.is_oneway:
+            await conn.send_response(cmd, reply, direct=direct)
     finally:
-        # Only once the reply is queued: a graceful stop waits for in_flight == 0 and then
-        # for the writers to drain their queues.
-        ctx.in_flight -= 1
+        # Only once the reply is handed over: a graceful stop waits for in_flight == 0 and
+        # then for the writers to drain.
+        state.request_finished()
 
 
-def answer_malformed(conn: Connection, exc: ProtocolError) -> None:
-    """Answer a request whose header could not be decoded, on its opaque if known."""
-    opaque = getattr(exc, "opaque", None)
-    stype = getattr(exc, "serialize_type", None)
-    if isinstance(exc, (HeaderError, FrameTooLargeError)) and opaque is not None:
-        reply = RemotingCommand(
-            code=exc.code,
-            opaque=opaque,
-            flag=FLAG_RESPONSE,
-            remark=str(exc)[:512],
-            serialize_type=SerializeType(stype) if stype in (0, 1, 0x4D) else SerializeType.JSON,
-        )
-        conn.notify_nowait(reply)
-
-
-def peer_of(stream: trio.SocketStream) -> str:
-    """``host:port`` of the other end, ``?`` when the socket cannot say."""
+def peer_of(stream: trio.abc.Stream) -> str:
+    """``host:port`` of the other end, ``?`` when the stream is no socket or cannot say."""
+    sock = getattr(stream, "socket", None)
+    if sock is None:
+        return "?"
     try:
-        host, port = stream.socket.getpeername()[:2]
+        host, port = sock.getpeername()[:2]
     except OSError:
         return "?"
     return f"{host}:{port}"
+
+
+# ------------------------------------------------------------------ the broker, until app.py
+class _ContextState(ServerState):
+    """A :class:`ServerState` that keeps :class:`~broker.context.BrokerContext`'s copies of
+    the bookkeeping current (``connections``, ``open_connections``, ``in_flight``, read by
+    ``ctx.drained()`` and the runtime-info processor), and takes the connection count, which
+    ``max_connections`` is checked against, from there.
+
+    Transitional: one is made per connection by :func:`handle_connection`, so its own
+    counters and :meth:`wait_drained` mean nothing; once ``broker.app`` holds a
+    :class:`ServerState` and calls :func:`serve_remoting`, this class goes.
+    """
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        super().__init__()
+        self._ctx = ctx
+
+    @property
+    def connections(self) -> int:
+        """The broker's open connections."""
+        return self._ctx.connections
+
+    def opened(self, conn: Connection) -> None:
+        """Counted on the context too."""
+        super().opened(conn)
+        self._ctx.connections += 1
+        self._ctx.open_connections.add(conn)
+
+    def closed(self, conn: Connection) -> None:
+        """Forgotten on the context too."""
+        super().closed(conn)
+        self._ctx.open_connections.discard(conn)
+        self._ctx.connections -= 1
+
+    def request_started(self) -> None:
+        """Counted on the context too."""
+        super().request_started()
+        self._ctx.in_flight += 1
+
+    def request_finished(self) -> None:
+        """Counted on the context too."""
+        super().request_finished()
+        self._ctx.in_flight -= 1
+
+
+def broker_dispatcher(ctx: BrokerContext) -> BoundRegistry[BrokerContext]:
+    """The broker's processors bound to ``ctx``; a closing connection leaves its groups."""
+    return BoundRegistry(
+        ctx.registry,
+        ctx,
+        sync=ctx.config.flush == "sync",
+        on_close=ctx.connection_closed,
+    )
+
+
+async def handle_connection(ctx: BrokerContext, stream: trio.abc.Stream) -> None:
+    """Serve one broker connection (``broker.app`` hands this to ``trio.serve_listeners``):
+    :func:`handle_stream` with the broker's processors, keeping ``ctx``'s bookkeeping."""
+    await handle_stream(
+        broker_dispatcher(ctx), ServerLimits.of(ctx.config), _ContextState(ctx), stream
+    )

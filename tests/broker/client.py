@@ -1,11 +1,14 @@
-"""A small Remoting client for broker tests over real TCP, and a helper to run a broker.
+"""A small Remoting client for broker tests, and a helper to run a broker.
 
-:func:`open_client` connects to a broker on loopback and reads frames in a background task:
-responses are matched to requests by ``opaque``, broker-initiated requests (such as
-``NOTIFY_CONSUMER_IDS_CHANGED``) are collected in :attr:`BrokerClient.notifications`, and
-:attr:`BrokerClient.closed` is set when the broker closes the connection. Raw bytes can be
-sent too, for malformed-input tests. Every wait is bounded (``reply_timeout``, or a
-``timeout`` for one call), so a missing reply fails the test instead of hanging it.
+:func:`open_client` connects to a broker on loopback (:func:`attach_client` serves any trio
+stream, such as one end of ``trio.testing.memory_stream_pair()``) and reads in a background
+task through a :class:`~protocol.connection.RemotingConnection`: every response is kept by
+its ``opaque`` (whether this client allocated it or a test wrote it into raw bytes),
+broker-initiated requests (such as ``NOTIFY_CONSUMER_IDS_CHANGED``) are collected in
+:attr:`BrokerClient.notifications`, and :attr:`BrokerClient.closed` is set when the broker
+closes the connection. Raw bytes can be sent too, for malformed-input tests. Every wait is
+bounded (``reply_timeout``, or a ``timeout`` for one call), so a missing reply fails the test
+instead of hanging it.
 
 :func:`open_broker` runs ``serve_broker`` in-process with small commit-log segments (the
 default 1 GiB segment is preallocated per broker, which fills disks quickly in a test run)
@@ -15,7 +18,6 @@ and stops it gracefully on exit.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -26,8 +28,18 @@ import trio
 from broker.app import BrokerHandle, serve_broker
 from broker.config import BrokerConfig
 from protocol.command import RemotingCommand, request
+from protocol.connection import (
+    NEED_DATA,
+    Closed,
+    Malformed,
+    RemotingConnection,
+    Request,
+    Response,
+    Role,
+    UnsolicitedResponse,
+)
 from protocol.errors import ProtocolError
-from protocol.frame import FrameDecoder, encode_command
+from protocol.frame import encode_command
 
 #: How long a reply is awaited by default (see ``BrokerClient.reply_timeout``).
 REPLY_TIMEOUT = 5.0
@@ -40,9 +52,10 @@ class ConnectionClosedError(Exception):
 class BrokerClient:
     """One connection to a broker (see the module docstring)."""
 
-    def __init__(self, stream: trio.SocketStream, max_frame_size: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, stream: trio.abc.Stream, max_frame_size: int = 64 * 1024 * 1024) -> None:
         self.stream = stream
-        self.decoder = FrameDecoder(max_frame_size)
+        #: Requests keep their own serialize type (tests send all three).
+        self.protocol = RemotingConnection(Role.CLIENT, max_frame_size=max_frame_size)
         #: Requests the broker sent to us (oneway notifications), in arrival order.
         self.notifications: list[RemotingCommand] = []
         #: Set when the broker closed the connection (EOF or reset).
@@ -51,15 +64,14 @@ class BrokerClient:
         self.error: ProtocolError | None = None
         self._replies: dict[int, RemotingCommand] = {}
         self._changed = trio.Event()
-        self._opaques = itertools.count(1_000)
         self._send_lock = trio.Lock()
         #: How long a reply, notification or close is awaited before the test fails.
         self.reply_timeout = REPLY_TIMEOUT
 
     # ------------------------------------------------------------------ sending
     def next_opaque(self) -> int:
-        """A fresh opaque for a request on this connection."""
-        return next(self._opaques)
+        """A fresh opaque for a request on this connection (built and sent by the test)."""
+        return self.protocol.next_opaque()
 
     async def send_raw(self, data: bytes) -> None:
         """Write bytes as they are (for malformed-input tests)."""
@@ -67,7 +79,7 @@ class BrokerClient:
             await self.stream.send_all(data)
 
     async def send(self, cmd: RemotingCommand) -> None:
-        """Encode and write ``cmd`` without waiting for a reply."""
+        """Encode and write ``cmd`` as it is (its own opaque) without waiting for a reply."""
         await self.send_raw(encode_command(cmd))
 
     async def request(
@@ -80,8 +92,10 @@ class BrokerClient:
         """Send ``cmd`` and wait for its reply. The opaque is a fresh one unless ``opaque``
         is given (``cmd.opaque`` is ignored)."""
         if opaque is None:
-            opaque = self.next_opaque()
-        await self.send(dataclasses.replace(cmd, opaque=opaque))
+            opaque, data = self.protocol.send_request(cmd)
+            await self.send_raw(data)
+        else:
+            await self.send(dataclasses.replace(cmd, opaque=opaque))
         return await self.reply(opaque, timeout=timeout)
 
     async def call(
@@ -136,20 +150,33 @@ class BrokerClient:
                     data = await self.stream.receive_some(65536)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     data = b""
-                if not data:
-                    return
-                self.decoder.feed(data)
-                while (cmd := self.decoder.next_command()) is not None:
-                    if cmd.is_response:
-                        self._replies[cmd.opaque] = cmd
-                    else:
-                        self.notifications.append(cmd)
+                self.protocol.receive_data(data)
+                ended = self._take_events()
                 self._wake()
+                if ended:
+                    return
         except ProtocolError as exc:
             self.error = exc
         finally:
+            self.protocol.close()
             self.closed.set()
             self._wake()
+
+    def _take_events(self) -> bool:
+        """File every complete event; True once the broker closed the connection."""
+        for _ in range(1_000_000):  # bounded by the bytes received
+            event = self.protocol.next_event()
+            if event is NEED_DATA:
+                return False
+            if isinstance(event, (Response, UnsolicitedResponse)):
+                self._replies[event.command.opaque] = event.command
+            elif isinstance(event, Request):
+                self.notifications.append(event.command)
+            elif isinstance(event, Malformed):
+                raise event.error  # the broker sent a frame it cannot have meant
+            elif isinstance(event, Closed):
+                return True
+        raise AssertionError("more events than bytes")
 
     def _wake(self) -> None:
         self._changed.set()
@@ -160,9 +187,9 @@ C = TypeVar("C", bound=BrokerClient)
 
 
 @asynccontextmanager
-async def open_client_of(cls: type[C], port: int, host: str = "127.0.0.1") -> AsyncIterator[C]:
-    """Connect a ``cls`` client to a broker; the connection is closed on exit."""
-    stream = await trio.open_tcp_stream(host, port)
+async def attach_client_of(cls: type[C], stream: trio.abc.Stream) -> AsyncIterator[C]:
+    """A ``cls`` client on an open ``stream``, reading in the background; the stream is
+    closed on exit."""
     client = cls(stream)
     try:
         async with trio.open_nursery() as nursery:
@@ -173,6 +200,19 @@ async def open_client_of(cls: type[C], port: int, host: str = "127.0.0.1") -> As
                 nursery.cancel_scope.cancel()
     finally:
         await trio.aclose_forcefully(stream)
+
+
+def attach_client(stream: trio.abc.Stream) -> AbstractAsyncContextManager[BrokerClient]:
+    """A client on an open ``stream`` (a memory stream, say); closed on exit."""
+    return attach_client_of(BrokerClient, stream)
+
+
+@asynccontextmanager
+async def open_client_of(cls: type[C], port: int, host: str = "127.0.0.1") -> AsyncIterator[C]:
+    """Connect a ``cls`` client to a broker; the connection is closed on exit."""
+    stream = await trio.open_tcp_stream(host, port)
+    async with attach_client_of(cls, stream) as client:
+        yield client
 
 
 def open_client(port: int, host: str = "127.0.0.1") -> AbstractAsyncContextManager[BrokerClient]:

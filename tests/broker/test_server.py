@@ -2,7 +2,9 @@
 
 Every test runs a broker in-process on 127.0.0.1 (any free port) and talks to it with the
 small test client of ``tests.broker.client``. Where real clients' frames exist
-(``tests/fixtures/captures``) they are sent again, byte for byte where possible.
+(``tests/fixtures/captures``) they are sent again, byte for byte where possible. The last
+section drives the Remoting server itself (``handle_stream``) over memory streams, with a
+fake dispatcher, on the mock clock.
 """
 
 from __future__ import annotations
@@ -10,12 +12,23 @@ from __future__ import annotations
 import json
 import struct
 from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
+from broker.remoting.connection import Connection
 from broker.remoting.processors import build_registry
+from broker.remoting.server import (
+    Dispatcher,
+    ServerLimits,
+    ServerState,
+    ServerStatistics,
+    handle_stream,
+)
 from protocol.batch import BatchEntry, encode_batch
 from protocol.bodies.consumer import GetConsumerListByGroupResponseBody
 from protocol.bodies.heartbeat import (
@@ -28,12 +41,13 @@ from protocol.bodies.heartbeat import (
 from protocol.bodies.route import PERM_READ, PERM_WRITE, TopicRouteData
 from protocol.codes import RequestCode, ResponseCode, SerializeType
 from protocol.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, request
+from protocol.connection import RemotingConnection, Response, Role
 from protocol.frame import encode_command
 from protocol.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
 from protocol.message import decode_record
 from protocol.msgid import decode_offset_msg_id
 from protocol.properties import DELAY, TAGS, UNIQ_KEY, encode_properties
-from tests.broker.client import BrokerClient, open_broker, open_client
+from tests.broker.client import BrokerClient, attach_client, open_broker, open_client
 from tests.protocol.captures import Capture, all_captures, capture
 
 pytestmark = pytest.mark.integration
@@ -352,7 +366,7 @@ async def test_captured_heartbeats_register_groups_and_retry_topics(tmp_path: Pa
             # A producer-only heartbeat joins no consumer group.
             reply = await client.request(capture("cpp-client-04-10911-code34.hex").decode())
             assert reply.code == ResponseCode.SUCCESS
-            assert "interop_cpp_producer_group" in broker.ctx.consumers.producers
+            assert broker.broker.clients.producer_ids("interop_cpp_producer_group") != []
             assert await consumer_ids(client, "interop_cpp_producer_group") == []
             # The captured GET_CONSUMER_LIST_BY_GROUP, as ali-ons sent it.
             reply = await client.request(capture("ali-ons-13-10911-code38.hex").decode())
@@ -655,3 +669,136 @@ async def test_garbage_closes_that_connection_only(tmp_path: Path, garbage: byte
             with trio.fail_after(2):
                 while broker.ctx.connections != 1:  # noqa: ASYNC110
                     await trio.sleep(0.01)
+
+
+# ---------------------------------------------------------------- the server over memory streams
+#: Request codes of the fake dispatcher: one parks until released, one answers at once.
+PARK, QUICK = 9001, 9002
+
+
+class FakeDispatcher:
+    """Answers every request with its code in the remark; PARK waits for ``release``."""
+
+    def __init__(self) -> None:
+        self.release = trio.Event()
+        self.closed: list[Connection] = []
+
+    async def dispatch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        if cmd.code == PARK:
+            await self.release.wait()
+        return None if cmd.is_oneway else cmd.response(remark=f"code {cmd.code}")
+
+    def may_wait(self, code: int) -> bool:
+        return code == PARK
+
+    def connection_closed(self, conn: Connection) -> None:
+        self.closed.append(conn)
+
+
+@asynccontextmanager
+async def memory_server(
+    dispatcher: Dispatcher, state: ServerState, limits: ServerLimits | None = None
+) -> AsyncIterator[BrokerClient]:
+    """``handle_stream`` on one end of a memory stream pair, the test client on the other;
+    the client's close (EOF) ends the server's side too."""
+    client_end, server_end = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(handle_stream, dispatcher, limits or ServerLimits(), state, server_end)
+        await trio.testing.wait_all_tasks_blocked()  # the server has taken its connection
+        async with attach_client(client_end) as client:
+            yield client
+
+
+async def test_memory_stream_parked_quick_malformed_and_oneway_requests(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    dispatcher, state = FakeDispatcher(), ServerState()
+    async with memory_server(dispatcher, state) as client:
+        parked = client.next_opaque()
+        await client.send(request(PARK, parked))
+        # The parked request has a task of its own: the next one is answered meanwhile.
+        assert (await client.call(QUICK)).remark == f"code {QUICK}"
+        assert not client.has_reply(parked)
+        assert (state.statistics().in_flight, state.connections) == (1, 1)
+        with trio.move_on_after(1) as waited:
+            await state.wait_drained()
+        assert waited.cancelled_caught
+        dispatcher.release.set()
+        with trio.fail_after(1):
+            await state.wait_drained()
+        assert (await client.reply(parked)).remark == f"code {PARK}"
+        # Malformed input is answered on its opaque; oneway requests run but get nothing.
+        await client.send_raw(raw_frame(b'{"code":105,"opaque":71,"flag":"x"}'))
+        assert (await client.reply(71)).code == ResponseCode.INVALID_PARAMETER
+        await client.send(request(QUICK, 72, oneway=True))
+        assert (await client.call(QUICK)).code == ResponseCode.SUCCESS
+        assert not client.has_reply(72)
+    assert state.statistics() == ServerStatistics(
+        connections=0, accepted=1, refused=0, in_flight=0, requests=4, malformed=1,
+        broken_framing=0, unsent=0,
+    )  # fmt: skip
+    assert len(dispatcher.closed) == 1 and dispatcher.closed[0].closed
+
+
+async def test_memory_stream_drain_waits_for_a_reply_the_client_has_not_read(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client_end, server_end = trio.testing.lockstep_stream_pair()  # send_all waits for a read
+    state = ServerState()
+    protocol = RemotingConnection(Role.CLIENT)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(handle_stream, FakeDispatcher(), ServerLimits(), state, server_end)
+        opaque, data = protocol.send_request(request(QUICK, 0))
+        await client_end.send_all(data)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not state.drained()
+        with trio.move_on_after(1) as waited:
+            await state.wait_drained()
+        assert waited.cancelled_caught
+        nursery.start_soon(state.wait_drained)
+        protocol.receive_data(await client_end.receive_some())
+        assert protocol.next_event() == Response(
+            RemotingCommand(code=0, opaque=opaque, flag=FLAG_RESPONSE, remark=f"code {QUICK}")
+        )
+        with trio.fail_after(1):
+            await state.wait_drained()
+        await client_end.aclose()
+
+
+async def test_memory_stream_connections_over_the_limit_are_refused(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    state = ServerState()
+    async with memory_server(FakeDispatcher(), state, ServerLimits(max_connections=1)) as first:
+        client_end, server_end = trio.testing.memory_stream_pair()
+        await handle_stream(FakeDispatcher(), ServerLimits(max_connections=1), state, server_end)
+        assert await client_end.receive_some() == b""  # closed at once
+        assert (await first.call(QUICK)).code == ResponseCode.SUCCESS
+        assert state.statistics().refused == 1 and state.connections == 1
+
+
+async def test_memory_stream_broken_framing_closes_the_connection(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    dispatcher, state = FakeDispatcher(), ServerState()
+    async with memory_server(dispatcher, state) as client:
+        await client.send_raw(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        await client.wait_closed()
+        assert client.error is None
+        assert state.statistics().broken_framing == 1
+        assert state.connections == 0 and len(dispatcher.closed) == 1
+
+
+async def test_memory_stream_a_client_gone_mid_write_ends_only_its_connection(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client_end, server_end = trio.testing.memory_stream_pair()
+    protocol = RemotingConnection(Role.CLIENT)
+    await client_end.send_all(b"".join(protocol.send_request(request(QUICK, 0))[1] for _ in "abc"))
+    await client_end.aclose()
+    state = ServerState()
+    # The writer's send fails (BrokenResourceError, inside the connection's nursery): the
+    # handler ends quietly instead of taking the server down.
+    await handle_stream(FakeDispatcher(), ServerLimits(), state, server_end)
+    stats = state.statistics()
+    assert (stats.connections, stats.requests, stats.in_flight, stats.unsent) == (0, 3, 0, 0)
