@@ -21,9 +21,6 @@ servers' expiry time. A stop takes at most about 2 x ``STOP_GRACE_S``.
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import replace
-
 import trio
 
 from broker.config import BrokerConfig
@@ -33,12 +30,11 @@ from protocol.bodies.broker import RegisterBrokerBody, TopicConfigSerializeWrapp
 from protocol.bodies.namesrv import body_crc32, encode_register_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
+from protocol.connection import NEED_DATA, Closed, Malformed, RemotingConnection, Response, Role
 from protocol.errors import ProtocolError
-from protocol.frame import FrameDecoder, encode_command
 from protocol.headers.route import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
 
 _log = get_logger("registration")
-_opaques = itertools.count(1)
 #: Bound on each phase of a graceful stop (finishing registrations; unregistering).
 STOP_GRACE_S = 1.5
 #: Largest reply accepted from a name server (a KV table at most).
@@ -51,7 +47,8 @@ class NamesrvCallError(Exception):
 
 async def call_namesrv(addr: str, cmd: RemotingCommand) -> RemotingCommand:
     """Send ``cmd`` to ``addr`` on a new connection and return the reply (callers bound the
-    wait with a cancel scope).
+    wait with a cancel scope). The connection carries this one request, so its opaque is the
+    connection's first.
 
     Raises:
         NamesrvCallError: connecting, writing or reading failed, or the reply is malformed.
@@ -61,22 +58,36 @@ async def call_namesrv(addr: str, cmd: RemotingCommand) -> RemotingCommand:
         stream = await trio.open_tcp_stream(host, int(port))
     except OSError as exc:
         raise NamesrvCallError(f"cannot connect: {exc}") from None
+    protocol = RemotingConnection(Role.CLIENT, max_frame_size=_MAX_REPLY)
+    _, data = protocol.send_request(cmd)
     async with stream:
         try:
-            await stream.send_all(encode_command(cmd))
-            decoder = FrameDecoder(_MAX_REPLY)
-            while True:
-                data = await stream.receive_some(65536)
-                if not data:
-                    raise NamesrvCallError("connection closed before the reply")
-                decoder.feed(data)
-                while (reply := decoder.next_command()) is not None:
-                    if reply.is_response and reply.opaque == cmd.opaque:
-                        return reply
+            await stream.send_all(data)
+            while True:  # bounded by the caller's cancel scope
+                protocol.receive_data(await stream.receive_some(65536))
+                reply = _reply_in(protocol)
+                if reply is not None:
+                    return reply
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise NamesrvCallError(f"connection failed: {exc}") from None
         except ProtocolError as exc:
             raise NamesrvCallError(f"malformed reply: {exc}") from None
+
+
+def _reply_in(protocol: RemotingConnection) -> RemotingCommand | None:
+    """The reply, if it has arrived (a name server sends us nothing else we use).
+
+    Raises:
+        NamesrvCallError: the connection closed first, or the reply cannot be read.
+    """
+    while (event := protocol.next_event()) is not NEED_DATA:  # bounded by the bytes read
+        if isinstance(event, Response):
+            return event.command
+        if isinstance(event, Closed):
+            raise NamesrvCallError("connection closed before the reply")
+        if isinstance(event, Malformed):
+            raise NamesrvCallError(f"malformed reply: {event.error}")
+    return None
 
 
 class Registrar:
@@ -155,10 +166,10 @@ class Registrar:
     async def _ask(
         self, addr: str, cmd: RemotingCommand, what: str, bound_s: float
     ) -> RemotingCommand | None:
-        """``cmd`` with a fresh opaque, bounded by ``bound_s``; None on failure."""
+        """``cmd``'s reply, bounded by ``bound_s``; None on failure."""
         with trio.move_on_after(bound_s):
             try:
-                reply = await call_namesrv(addr, replace(cmd, opaque=next(_opaques)))
+                reply = await call_namesrv(addr, cmd)
             except NamesrvCallError as exc:
                 self._failed(addr, what, str(exc))
                 return None

@@ -1,13 +1,16 @@
 """One multiplexed Remoting connection on anyio (works under trio and asyncio).
 
-Theory of operation: :meth:`Connection.request` gives each request a fresh ``opaque``, writes
-its frame under a write lock, and parks on a slot keyed by that opaque. One reader task
-(:meth:`Connection.run`, owned by the caller's task group) decodes frames as they arrive and
-fills the slots, so any number of requests — a 30 s long poll beside a send — share the
+Theory of operation: the protocol state lives in a sans-IO
+:class:`~protocol.connection.RemotingConnection` (opaques, which requests await a reply,
+decoding); this module is its anyio side. :meth:`Connection.request` has it encode the
+request with a fresh ``opaque``, queues the frame (see :meth:`Connection._write`), and parks
+on a slot keyed by that opaque. One reader task (:meth:`Connection.run`, owned by the
+caller's task group) feeds what arrives to the protocol and fills the slots of the responses
+it matches, so any number of requests — a 30 s long poll beside a send — share the
 connection and their replies come back in whatever order the broker answers. Requests the
 broker initiates (``NOTIFY_CONSUMER_IDS_CHANGED``, ``CHECK_TRANSACTION_STATE``…) go to an
 ``on_request`` callback; unknown ones are answered ``REQUEST_CODE_NOT_SUPPORTED`` so the
-broker never waits on us.
+broker never waits on us. A reply that comes after its requester gave up is dropped.
 
 Timeouts are cancel scopes at the call site of each request (``fail_after``), turned into
 :class:`RequestTimeoutError`. When the connection ends (EOF, reset, a frame we cannot decode)
@@ -18,8 +21,6 @@ its timeout.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import itertools
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -27,9 +28,17 @@ import anyio.abc
 
 from client.errors import ConnectionLostError, RequestTimeoutError
 from protocol.codes import ResponseCode, SerializeType
-from protocol.command import FLAG_ONEWAY, RemotingCommand
+from protocol.command import RemotingCommand
+from protocol.connection import (
+    NEED_DATA,
+    Closed,
+    Malformed,
+    RemotingConnection,
+    Request,
+    Response,
+    Role,
+)
 from protocol.errors import ProtocolError
-from protocol.frame import FrameDecoder, encode_command
 
 #: Called for each request the broker sends us; returns the reply, or None for none.
 RequestHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
@@ -75,9 +84,11 @@ class Connection:
         self.address = address
         self.serialize_type = serialize_type
         self._on_request = on_request
-        self._decoder = FrameDecoder(max_frame_size)
-        self._pending: dict[int, _Slot] = {}
-        self._opaques = itertools.count(1)
+        self._protocol = RemotingConnection(
+            Role.CLIENT, max_frame_size=max_frame_size, serialize_type=serialize_type
+        )
+        #: Where the reader puts each awaited reply, by opaque (the protocol's pending ones).
+        self._slots: dict[int, _Slot] = {}
         # Outgoing frames not yet written, and whether a task is writing them (see _write).
         self._outbox: list[bytes] = []
         self._outbox_bytes = 0
@@ -101,19 +112,19 @@ class Connection:
             ConnectionLostError: the connection closed first.
         """
         self._check_open()
-        opaque = next(self._opaques)
-        slot = _Slot()
-        self._pending[opaque] = slot
+        opaque, data = self._protocol.send_request(cmd)
+        slot = self._slots[opaque] = _Slot()
         try:
             with anyio.fail_after(timeout):
-                await self._write(self._prepare(cmd, opaque, oneway=False))
+                await self._write(data)
                 await slot.event.wait()
         except TimeoutError:
             raise RequestTimeoutError(
                 f"no reply from {self.address} to request code {cmd.code} within {timeout:g} s"
             ) from None
         finally:
-            del self._pending[opaque]
+            del self._slots[opaque]
+            self._protocol.abandon(opaque)  # a reply still to come is nobody's now
         if slot.reply is None:
             raise ConnectionLostError(f"connection to {self.address} lost: {self._error}")
         return slot.reply
@@ -121,17 +132,12 @@ class Connection:
     async def oneway(self, cmd: RemotingCommand, timeout: float) -> None:  # noqa: ASYNC109
         """Send ``cmd`` flagged oneway: the server sends no reply."""
         self._check_open()
+        _, data = self._protocol.send_request(cmd, oneway=True)
         try:
             with anyio.fail_after(timeout):
-                await self._write(self._prepare(cmd, next(self._opaques), oneway=True))
+                await self._write(data)
         except TimeoutError:
             raise RequestTimeoutError(f"oneway write to {self.address} timed out") from None
-
-    def _prepare(self, cmd: RemotingCommand, opaque: int, *, oneway: bool) -> bytes:
-        flag = cmd.flag | FLAG_ONEWAY if oneway else cmd.flag
-        return encode_command(
-            dataclasses.replace(cmd, opaque=opaque, flag=flag, serialize_type=self.serialize_type)
-        )
 
     async def _write(self, data: bytes) -> None:
         """Queue ``data``; the first writer writes everything queued, in one send per round.
@@ -198,28 +204,40 @@ class Connection:
             try:
                 data = await self.stream.receive(_READ_SIZE)
             except (anyio.EndOfStream, anyio.ClosedResourceError):
-                self._error = "closed by peer"
-                return
+                data = b""
             except (anyio.BrokenResourceError, OSError) as exc:
-                self._error = f"read failed: {exc!r}"
+                self._fail(f"read failed: {exc!r}")
                 return
-            self._decoder.feed(data)
+            self._protocol.receive_data(data)
             try:
-                while (cmd := self._decoder.next_command()) is not None:
-                    self._dispatch(cmd)
+                ended = self._take_events()
             except ProtocolError as exc:
                 # The peer sent bytes we cannot frame: nothing after them can be trusted.
-                self._error = f"undecodable frame: {exc}"
+                ended = f"undecodable frame: {exc}"
+            if ended is not None:
+                self._fail(ended)
                 return
 
-    def _dispatch(self, cmd: RemotingCommand) -> None:
-        if cmd.is_response:
-            slot = self._pending.get(cmd.opaque)
-            if slot is not None:  # else: its requester timed out and left
-                slot.reply = cmd
+    def _take_events(self) -> str | None:
+        """Deliver every complete event; why the connection ended, once it has."""
+        while True:  # bounded: every event consumes buffered bytes
+            event = self._protocol.next_event()
+            if event is NEED_DATA:
+                return None
+            if isinstance(event, Response):
+                slot = self._slots[event.command.opaque]  # pending means its slot is there
+                slot.reply = event.command
                 slot.event.set()
-        elif self._task_group is not None:
-            self._task_group.start_soon(self._answer, cmd)
+            elif isinstance(event, Request):
+                if self._task_group is not None:
+                    self._task_group.start_soon(self._answer, event.command)
+            elif isinstance(event, Malformed):
+                # A response we cannot read leaves some request waiting for ever: give up
+                # on the connection, as for broken framing.
+                return f"undecodable frame: {event.error}"
+            elif isinstance(event, Closed):
+                return "closed by peer"
+            # UnsolicitedResponse: its requester timed out and left.
 
     async def _answer(self, cmd: RemotingCommand) -> None:
         reply: RemotingCommand | None
@@ -231,7 +249,7 @@ class Connection:
             return
         # A lost connection is reported by the reader; nothing to do here.
         with contextlib.suppress(ConnectionLostError):
-            await self._write(encode_command(reply))
+            await self._write(self._protocol.send_response(cmd, reply))
 
     # ------------------------------------------------------------------ closing
     def _fail(self, reason: str) -> None:
@@ -239,8 +257,8 @@ class Connection:
         if not self._closed:
             self._closed = True
             self._error = reason
-        for slot in self._pending.values():
-            slot.event.set()
+        for opaque in self._protocol.close():
+            self._slots[opaque].event.set()
 
     async def aclose(self) -> None:
         """Close the stream; the reader then ends and pending requests fail."""
