@@ -57,7 +57,7 @@ from benchmarks.peers import (
 from protocol.batch import BatchEntry, encode_batch
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
-from protocol.frame import FrameDecoder, encode_command
+from protocol.connection import NEED_DATA, Closed, Malformed, RemotingConnection, Response, Role
 from protocol.headers.pull import (
     PullMessageRequestHeader,
     PullMessageResponseHeader,
@@ -108,28 +108,40 @@ def make_payload(size: int, ts_ns: int = 0) -> bytes:
 
 # ---------------------------------------------------------------- client
 class Conn:
-    """One connection to the broker; replies matched to requests by opaque."""
+    """One connection to the broker. Its :class:`~protocol.connection.RemotingConnection`
+    allocates opaques, keeps the pending replies and decodes; this keeps one wake-up event per
+    awaited opaque. Frames can be encoded ahead of a pipelined window (:meth:`prepare`, or
+    :meth:`opaque` + :meth:`expect` for commands built elsewhere) and written together."""
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
-        self.decoder = FrameDecoder(64 * 1024 * 1024)
+        self.protocol = RemotingConnection(Role.CLIENT, max_frame_size=64 * 1024 * 1024)
         self._waiters: dict[int, trio.Event] = {}
         self._replies: dict[int, RemotingCommand] = {}
-        self._next = 1
         self.closed = False
 
     def opaque(self) -> int:
-        self._next += 1
-        return self._next
+        """A fresh opaque for a command the caller encodes itself (then :meth:`expect` it)."""
+        return self.protocol.next_opaque()
 
     def expect(self, opaque: int) -> None:
+        """Wait for the reply to a request written with ``opaque``."""
+        self.protocol.expect_response(opaque)
         self._waiters[opaque] = trio.Event()
+
+    def prepare(self, cmd: RemotingCommand) -> tuple[int, bytes]:
+        """``cmd``'s frame with a fresh opaque (``cmd.opaque`` is ignored), its reply awaited."""
+        opaque, frame = self.protocol.send_request(cmd)
+        self._waiters[opaque] = trio.Event()
+        return opaque, frame
 
     async def reply(self, opaque: int, timeout: float = REPLY_TIMEOUT) -> RemotingCommand:  # noqa: ASYNC109
         event = self._waiters[opaque]
         with trio.fail_after(timeout):
             await event.wait()
         del self._waiters[opaque]
+        if opaque not in self._replies:
+            raise RuntimeError(f"connection closed before reply {opaque}")
         return self._replies.pop(opaque)
 
     async def request(
@@ -137,10 +149,10 @@ class Conn:
         cmd: RemotingCommand,
         timeout: float = REPLY_TIMEOUT,  # noqa: ASYNC109
     ) -> RemotingCommand:
-        """Send ``cmd`` (built with opaque ``cmd.opaque``) and wait for its reply."""
-        self.expect(cmd.opaque)
-        await self.stream.send_all(encode_command(cmd))
-        return await self.reply(cmd.opaque, timeout)
+        """Send ``cmd`` with a fresh opaque and wait for its reply."""
+        opaque, frame = self.prepare(cmd)
+        await self.stream.send_all(frame)
+        return await self.reply(opaque, timeout)
 
     async def read_loop(self) -> None:
         try:
@@ -149,20 +161,27 @@ class Conn:
                     data = await self.stream.receive_some(262144)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     data = b""
-                if not data:
+                self.protocol.receive_data(data)
+                if self._take_replies():
                     return
-                self.decoder.feed(data)
-                while (cmd := self.decoder.next_command()) is not None:
-                    if not cmd.is_response:
-                        continue
-                    event = self._waiters.get(cmd.opaque)
-                    if event is not None:
-                        self._replies[cmd.opaque] = cmd
-                        event.set()
         finally:
             self.closed = True
+            self.protocol.close()
             for event in self._waiters.values():
                 event.set()
+
+    def _take_replies(self) -> bool:
+        """File every reply that arrived; True once the broker closed the connection."""
+        while (event := self.protocol.next_event()) is not NEED_DATA:  # bounded by the bytes
+            if type(event) is Response:
+                cmd = event.command
+                self._replies[cmd.opaque] = cmd
+                self._waiters[cmd.opaque].set()
+            elif type(event) is Closed:
+                return True
+            elif type(event) is Malformed:
+                raise event.error
+        return False
 
 
 @dataclass
@@ -215,7 +234,7 @@ def send_ext(topic: str, queue_id: int, *, batch: bool = False) -> dict[str, str
 
 
 def pull_cmd(
-    topic: str, queue_id: int, offset: int, opaque: int, *, count: int, suspend_ms: int = 0
+    topic: str, queue_id: int, offset: int, *, count: int, suspend_ms: int = 0
 ) -> RemotingCommand:
     header = PullMessageRequestHeader(
         consumer_group=GROUP,
@@ -231,7 +250,7 @@ def pull_cmd(
         subscription="*",
         sub_version=0,
     )
-    return request(RequestCode.PULL_MESSAGE, opaque, header.to_ext())
+    return request(RequestCode.PULL_MESSAGE, 0, header.to_ext())
 
 
 # ---------------------------------------------------------------- our workloads
@@ -254,14 +273,13 @@ class Params:
 async def produce_sync(p: Params) -> dict[str, float]:
     async def run(pool: ConnPool) -> dict[str, float]:
         conn = await pool.open()
-        ext = send_ext(f"BenchSync{p.tag}", 0)
-        body = make_payload(p.size)
+        cmd = request(RequestCode.SEND_MESSAGE_V2, 0, send_ext(f"BenchSync{p.tag}", 0),
+                      make_payload(p.size))  # fmt: skip
         lats: list[int] = []
         t0 = time.perf_counter()
         deadline = t0 + p.max_seconds
         while len(lats) < p.n_sync and time.perf_counter() < deadline:
             s = time.perf_counter_ns()
-            cmd = request(RequestCode.SEND_MESSAGE_V2, conn.opaque(), ext, body)
             reply = await conn.request(cmd)
             lats.append(time.perf_counter_ns() - s)
             check(reply, "send")
@@ -275,21 +293,16 @@ async def produce_sync(p: Params) -> dict[str, float]:
 async def produce_window(p: Params) -> dict[str, float]:
     async def run(pool: ConnPool) -> dict[str, float]:
         conn = await pool.open()
-        ext = send_ext(f"BenchWin{p.tag}", 0)
-        body = make_payload(p.size)
+        cmd = request(RequestCode.SEND_MESSAGE_V2, 0, send_ext(f"BenchWin{p.tag}", 0),
+                      make_payload(p.size))  # fmt: skip
         n = 0
         t0 = time.perf_counter()
         deadline = t0 + p.max_seconds
         while n < p.n_pipe and time.perf_counter() < deadline:
-            opaques = [conn.opaque() for _ in range(p.batch)]
-            frames = [
-                encode_command(request(RequestCode.SEND_MESSAGE_V2, o, ext, body)) for o in opaques
-            ]
-            for o in opaques:
-                conn.expect(o)
-            await conn.stream.send_all(b"".join(frames))
-            for o in opaques:
-                check(await conn.reply(o), "send")
+            window = [conn.prepare(cmd) for _ in range(p.batch)]
+            await conn.stream.send_all(b"".join(frame for _, frame in window))
+            for opaque, _ in window:
+                check(await conn.reply(opaque), "send")
             n += p.batch
         dt = time.perf_counter() - t0
         return {"msgs_per_s": n / dt}
@@ -305,12 +318,11 @@ async def produce_batch(p: Params) -> dict[str, float]:
     async def run(pool: ConnPool) -> dict[str, float]:
         conn = await pool.open()
         ext = send_ext(f"BenchBatch{p.tag}", 0, batch=True)
-        body = batch_body(p.size, p.batch)
+        cmd = request(RequestCode.SEND_BATCH_MESSAGE, 0, ext, batch_body(p.size, p.batch))
         n = 0
         t0 = time.perf_counter()
         deadline = t0 + p.max_seconds
         while n < p.n_pipe and time.perf_counter() < deadline:
-            cmd = request(RequestCode.SEND_BATCH_MESSAGE, conn.opaque(), ext, body)
             check(await conn.request(cmd), "batch send")
             n += p.batch
         dt = time.perf_counter() - t0
@@ -328,7 +340,7 @@ async def consume_pull(p: Params) -> dict[str, float]:
         body = batch_body(p.size, 100)
         for i in range(p.backlog // 100):
             ext = send_ext(topic, i % QUEUES, batch=True)
-            cmd = request(RequestCode.SEND_BATCH_MESSAGE, conn.opaque(), ext, body)
+            cmd = request(RequestCode.SEND_BATCH_MESSAGE, 0, ext, body)
             check(await conn.request(cmd), "preload")
         total = (p.backlog // 100) * 100
         offsets = [0] * QUEUES
@@ -339,7 +351,7 @@ async def consume_pull(p: Params) -> dict[str, float]:
         q = 0
         while got < total and not all(done) and time.perf_counter() < deadline:
             if not done[q]:
-                cmd = pull_cmd(topic, q, offsets[q], conn.opaque(), count=p.count)
+                cmd = pull_cmd(topic, q, offsets[q], count=p.count)
                 reply = await conn.request(cmd)
                 if reply.code == ResponseCode.SUCCESS:
                     got += len(decode_records(reply.body))
@@ -372,7 +384,7 @@ async def e2e_latency(p: Params) -> dict[str, float]:
         ext = send_ext(topic, 0)
         filler = b"x" * (p.size - TS_BYTES)
         # create the topic; the consumer starts after this message
-        prime = request(RequestCode.SEND_MESSAGE_V2, prod.opaque(), ext, make_payload(p.size))
+        prime = request(RequestCode.SEND_MESSAGE_V2, 0, ext, make_payload(p.size))
         check(await prod.request(prime), "prime")
         lats: list[int] = []
         all_in = trio.Event()
@@ -382,7 +394,7 @@ async def e2e_latency(p: Params) -> dict[str, float]:
             offset = 1
             task_status.started()
             while len(lats) < n and time.monotonic() < limit:
-                cmd = pull_cmd(topic, 0, offset, cons.opaque(), count=p.count, suspend_ms=1000)
+                cmd = pull_cmd(topic, 0, offset, count=p.count, suspend_ms=1000)
                 reply = await cons.request(cmd)
                 t = time.monotonic_ns()
                 if reply.code == ResponseCode.SUCCESS:
@@ -407,7 +419,7 @@ async def e2e_latency(p: Params) -> dict[str, float]:
                 if delay > 0:
                     await trio.sleep(delay)
                 body = time.monotonic_ns().to_bytes(TS_BYTES, "big") + filler
-                cmd = request(RequestCode.SEND_MESSAGE_V2, prod.opaque(), ext, body)
+                cmd = request(RequestCode.SEND_MESSAGE_V2, 0, ext, body)
                 check(await prod.request(cmd), "send")
             send_dt = time.monotonic() - t_start
             with trio.move_on_after(10):
