@@ -2,17 +2,26 @@
 
 A (group, queue) is locked by one client id; the lock lives 60 s unless renewed (orderly
 consumers renew every 20 s); a client locking what it already holds renews it; a lock held by
-another client past its expiry can be taken.
+another client past its expiry can be taken. Queues are named by :class:`QueueName`, not by
+a front end's wire type.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-
-from protocol.bodies.consumer import MessageQueue
 
 #: ``rocketmq.broker.rebalance.lockMaxLiveTime``
 LOCK_MAX_LIVE_S = 60.0
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class QueueName:
+    """One queue of a topic on one broker group (RocketMQ's ``MessageQueue``)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
 
 
 @dataclass
@@ -25,11 +34,11 @@ class _Lock:
 class RebalanceLocks:
     """(group, queue) → holder, with expiry in ``trio.current_time()`` seconds."""
 
-    locks: dict[tuple[str, MessageQueue], _Lock] = field(default_factory=dict)
+    locks: dict[tuple[str, QueueName], _Lock] = field(default_factory=dict)
 
     def try_lock(
-        self, group: str, client_id: str, mqs: tuple[MessageQueue, ...], now: float
-    ) -> list[MessageQueue]:
+        self, group: str, client_id: str, mqs: Iterable[QueueName], now: float
+    ) -> list[QueueName]:
         """Lock (or renew) every queue that is free, expired or already ours."""
         granted = []
         for mq in mqs:
@@ -39,7 +48,7 @@ class RebalanceLocks:
                 granted.append(mq)
         return granted
 
-    def unlock(self, group: str, client_id: str, mqs: tuple[MessageQueue, ...]) -> None:
+    def unlock(self, group: str, client_id: str, mqs: Iterable[QueueName]) -> None:
         """Release the queues ``client_id`` holds."""
         for mq in mqs:
             held = self.locks.get((group, mq))

@@ -27,9 +27,12 @@ import trio
 
 from broker.clock import SYSTEM_CLOCK, Clock, DiskProbe, disk_used_ratio
 from broker.config import BrokerConfig
-from broker.consumers import ConsumerManager
+from broker.core.admin import AdminService
+from broker.core.clients import ClientRegistry
+from broker.core.offsets import OffsetService
 from broker.core.pop import PopService as CorePopService
 from broker.core.pull import PullService
+from broker.core.routes import BrokerIdentity, RouteService
 from broker.core.send import SendPolicy, SendService
 from broker.deadlines import DeadlineLoop
 from broker.locks import RebalanceLocks
@@ -59,15 +62,17 @@ class Broker:
     store: MessageStore
     storage: Storage
     topics: TopicManager
-    consumers: ConsumerManager
+    clients: ClientRegistry
     pull_hub: PullHub
     pop: PopEngine
     timers: TimerService
     metrics: MetricsWriter
-    rebalance_locks: RebalanceLocks
     sends: SendService
     pulls: PullService
     pops: CorePopService
+    offsets: OffsetService
+    admin: AdminService
+    routes: RouteService
     #: Set when the broker stops: front ends answer parked requests and park no more.
     shutting_down: trio.Event
     #: Wall-clock time the broker started, epoch seconds (runtime info).
@@ -164,25 +169,38 @@ async def open_broker(
     except BaseException:
         store.close()
         raise
-    consumers, shutting_down = ConsumerManager(), trio.Event()
+    clients, shutting_down = ClientRegistry(topics), trio.Event()
+    address, started_at = config.advertised(port), clock.now_s()
+    identity = BrokerIdentity(config.cluster, config.broker_name, address)
     broker = Broker(
         config=config,
         clock=clock,
-        address=config.advertised(port),
+        address=address,
         store=store,
         storage=storage,
         topics=topics,
-        consumers=consumers,
+        clients=clients,
         pull_hub=pull_hub,
         pop=pop,
         timers=timers,
         metrics=metrics,
-        rebalance_locks=RebalanceLocks(),
         sends=SendService(_send_policy(config), topics, storage, timers, clock),
-        pulls=PullService(store, topics, pull_hub, consumers, shutting_down),
+        pulls=PullService(store, topics, pull_hub, clients, shutting_down),
         pops=CorePopService(pop, topics, clock, shutting_down),
+        offsets=OffsetService(store, topics, pop),
+        admin=AdminService(
+            identity,
+            store,
+            topics,
+            pop,
+            RebalanceLocks(),
+            clock=clock,
+            started_at=started_at,
+            sync_flush=config.flush == "sync",
+        ),
+        routes=RouteService(topics, identity),
         shutting_down=shutting_down,
-        started_at=clock.now_s(),
+        started_at=started_at,
     )
     try:
         async with trio.open_nursery() as nursery:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import trio
 
-from broker.consumers import ConsumerManager
+from broker.core.clients import ClientRegistry
 from broker.core.filters import check_readable, tag_filter
 from broker.longpoll import PullHub
 from broker.store.api import GetResult, GetStatus
@@ -66,13 +66,13 @@ class PullService:
         store: MessageStore,
         topics: TopicManager,
         hub: PullHub,
-        consumers: ConsumerManager,
+        clients: ClientRegistry,
         stopping: trio.Event,
     ) -> None:
         self.store = store
         self.topics = topics
         self.hub = hub
-        self.consumers = consumers
+        self.clients = clients
         self.stopping = stopping
 
     def tags_of(self, req: PullRequest) -> frozenset[int] | None:
@@ -84,11 +84,10 @@ class PullService:
         """
         if req.subscription is not None:
             return tag_filter(*req.subscription)
-        group = self.consumers.groups.get(req.group)
-        sub = group.subscriptions().get(req.topic) if group is not None else None
+        sub = self.clients.subscription(req.group, req.topic)
         if sub is None:
             return None
-        return tag_filter(sub.sub_string, sub.expression_type)
+        return tag_filter(sub.expression, sub.expression_type)
 
     async def pull(self, req: PullRequest, *, hold_s: float) -> GetResult:
         """Check, commit the piggy-backed offset, read, and hold a caught-up pull for up to

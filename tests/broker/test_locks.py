@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from broker.locks import LOCK_MAX_LIVE_S, RebalanceLocks
-from protocol.bodies.consumer import MessageQueue
+from broker.locks import LOCK_MAX_LIVE_S, QueueName, RebalanceLocks
 
-Q0 = MessageQueue("T", "broker-a", 0)
-Q1 = MessageQueue("T", "broker-a", 1)
+Q0 = QueueName("T", "broker-a", 0)
+Q1 = QueueName("T", "broker-a", 1)
 
 
 def test_first_locker_wins_and_renews() -> None:
