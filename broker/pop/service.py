@@ -8,6 +8,7 @@ rotates the journal onto a fresh snapshot, so replay stays short.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from broker.pop.reader import PopReader, PopRequest, PopResult
 from broker.pop.revive import ReviveService
 from broker.storage import Storage
 from broker.topics import TopicManager
+from protocol.errors import IllegalNameError
 from protocol.naming import V1RetryNames, pop_retry_topic_v1, pop_retry_topic_v2
 from protocol.receipt import ExtraInfo
 
@@ -196,7 +198,8 @@ class PopEngine:
         }
         names: list[str] = []
         for group in sorted(groups):
-            names.append(pop_retry_topic_v2(group, topic))
+            with suppress(IllegalNameError):  # a "+" in a name: it popped with V1 names
+                names.append(pop_retry_topic_v2(group, topic))
             v1 = pop_retry_topic_v1(group, topic)
             if self.v1_names.owner(v1) == (group, topic):
                 names.append(v1)
@@ -233,7 +236,6 @@ class PopEngine:
             owner = self.v1_names.owner(name)
             if owner is not None:
                 self.v1_names.unregister(*owner)
-        _log.info("pop state of deleted topics dropped", topics=sorted(gone), leases=len(stale))
         return self.before_checkpoint()
 
     # ------------------------------------------------------------------ persistence
