@@ -8,13 +8,14 @@ metrics writer, the timer service, the pop service (journal replayed), then the 
 services over them. The :class:`Broker` is frozen: a front end holding one can reach every
 service, and none of them is ever missing.
 
-Background tasks live in one nursery owned here: storage (flusher, checkpoints with the
-timer and pop hooks, retention), the deadline loop, and the metrics writer. Leaving the
-``async with`` is the one stop path: answer every parked pull and pop (front ends see
-``shutting_down`` and stop parking), cancel the tasks; the storage task's shielded
-``finally`` flushes, runs the checkpoint hooks a last time (timer progress, pop snapshot)
-and closes the store; then the pop journal is closed. Front ends drain their own requests
-*before* leaving (see :func:`broker.app.serve_broker`).
+Background tasks live in two nurseries owned here: the outer one runs storage (flusher,
+checkpoints with the timer and pop hooks, retention), the inner one the deadline loop and the
+metrics writer. Leaving the ``async with`` is the one stop path: answer every parked pull and
+pop (front ends see ``shutting_down`` and stop parking), cancel the inner tasks and wait for
+them, then cancel storage, whose shielded ``finally`` flushes, runs the checkpoint hooks a
+last time (timer progress, pop snapshot) and closes the store; then the pop journal is
+closed. Front ends drain their own requests *before* leaving (see
+:func:`broker.app.serve_broker`).
 """
 
 from __future__ import annotations
@@ -203,17 +204,25 @@ async def open_broker(
         started_at=started_at,
     )
     try:
-        async with trio.open_nursery() as nursery:
-            # Storage first: its shielded finally closes the store after the others stop.
-            await nursery.start(storage.serve, (timers.before_checkpoint, pop.before_checkpoint))
-            nursery.start_soon(deadlines.run, (timers, pop.revive))
-            nursery.start_soon(metrics.run)
+        # Two nurseries, so that the order is fixed: the services stop (a timer delivery or a
+        # revive copy under way finishes its shielded write) before the storage task's
+        # shielded finally flushes, checkpoints and closes the store.
+        async with trio.open_nursery() as storage_nursery:
+            await storage_nursery.start(
+                storage.serve, (timers.before_checkpoint, pop.before_checkpoint)
+            )
             try:
-                yield broker
+                async with trio.open_nursery() as services:
+                    services.start_soon(deadlines.run, (timers, pop.revive))
+                    services.start_soon(metrics.run)
+                    try:
+                        yield broker
+                    finally:
+                        broker.shutting_down.set()
+                        broker.wake_parked()
+                        services.cancel_scope.cancel()
             finally:
-                broker.shutting_down.set()
-                broker.wake_parked()
-                nursery.cancel_scope.cancel()
+                storage_nursery.cancel_scope.cancel()
     finally:
         pop.close()
         _log.info("broker closed", address=broker.address)
