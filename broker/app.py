@@ -10,24 +10,37 @@ the store cleanly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import trio
 
 # Registering the processors is a side effect of importing them.
 from broker.clock import SYSTEM_CLOCK, Clock, DiskProbe, disk_used_ratio
 from broker.config import BrokerConfig
-from broker.context import BrokerContext
-from broker.core.broker import Broker, open_broker
+from broker.core.broker import Broker, BrokerStatistics, open_broker
 from broker.logs import get_logger
 from broker.prometheus import open_prometheus
 from broker.registration import Registrar
+from broker.remoting.context import BrokerContext
 from broker.remoting.processors import build_registry
-from broker.remoting.server import handle_connection
+from broker.remoting.server import (
+    BoundRegistry,
+    ServerLimits,
+    ServerState,
+    ServerStatistics,
+    serve_remoting,
+)
 
 _log = get_logger("broker")
 #: How long a stop waits for requests in flight before cutting connections.
 DRAIN_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerHandleStatistics:
+    """What :meth:`BrokerHandle.statistics` reports."""
+
+    core: BrokerStatistics
+    remoting: ServerStatistics
 
 
 @dataclass
@@ -49,16 +62,14 @@ class BrokerHandle:
         """The broker's services."""
         return self.ctx.broker
 
+    def statistics(self) -> BrokerHandleStatistics:
+        """The services' counters and the Remoting server's."""
+        return BrokerHandleStatistics(self.broker.statistics(), self.ctx.server.statistics())
+
     async def stop(self) -> None:
         """Graceful stop (see the module docstring); returns once the store is closed."""
         self._stop.set()
         await self._stopped.wait()
-
-
-async def _drain(ctx: BrokerContext) -> None:
-    """Wait (bounded by the caller's deadline) until no request runs and every reply left."""
-    while not ctx.drained():  # bounded by the caller's cancel scope  # noqa: ASYNC110
-        await trio.sleep(0.01)
 
 
 async def serve_broker(
@@ -74,11 +85,15 @@ async def serve_broker(
     stop, stopped = trio.Event(), trio.Event()
     try:
         async with open_broker(config, port=port, clock=clock, disk_probe=disk_probe) as broker:
-            ctx = BrokerContext(broker, build_registry())
+            server = ServerState()
+            ctx = BrokerContext(broker, server)
+            dispatcher = BoundRegistry(
+                build_registry(), ctx, sync=config.flush == "sync", on_close=ctx.connection_closed
+            )
             prometheus = open_prometheus(config.host, config.prometheus_port, broker.metrics)
             async with prometheus as prometheus_port, trio.open_nursery() as front:
                 await front.start(
-                    partial(trio.serve_listeners, partial(handle_connection, ctx), listeners)
+                    serve_remoting, dispatcher, listeners, ServerLimits.of(config), server
                 )
                 registrar = None
                 if config.namesrv_addr:
@@ -101,7 +116,7 @@ async def serve_broker(
                 broker.shutting_down.set()
                 broker.wake_parked()
                 with trio.move_on_after(DRAIN_SECONDS):
-                    await _drain(ctx)
+                    await server.wait_drained()
                 front.cancel_scope.cancel()
     finally:
         stopped.set()

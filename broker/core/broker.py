@@ -29,7 +29,7 @@ import trio
 from broker.clock import SYSTEM_CLOCK, Clock, DiskProbe, disk_used_ratio
 from broker.config import BrokerConfig
 from broker.core.admin import AdminService
-from broker.core.clients import ClientRegistry
+from broker.core.clients import ClientRegistry, ClientStatistics
 from broker.core.offsets import OffsetService
 from broker.core.pop import PopService as CorePopService
 from broker.core.pull import PullService
@@ -38,18 +38,32 @@ from broker.core.send import SendPolicy, SendService
 from broker.deadlines import DeadlineLoop
 from broker.locks import RebalanceLocks
 from broker.logs import get_logger
-from broker.longpoll import Arrivals, PullHub
-from broker.metrics import MetricsWriter
+from broker.longpoll import Arrivals, PullHub, PullHubStatistics
+from broker.metrics import MetricsStatistics, MetricsWriter
 from broker.pop.hub import PopHub, WakeMode
-from broker.pop.service import PopEngine
+from broker.pop.service import PopEngine, PopStatistics
 from broker.schedule import SCHEDULE_TOPIC
-from broker.storage import Storage
+from broker.storage import Storage, StorageStatistics
 from broker.store.store import MessageStore
-from broker.timers import SCHEDULE_QUEUES, TimerService
+from broker.store.tickets import StoreStatistics
+from broker.timers import SCHEDULE_QUEUES, TimerService, TimerStatistics
 from broker.topics import TopicManager
 from protocol.naming import V1RetryNames
 
 _log = get_logger("broker")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatistics:
+    """What :meth:`Broker.statistics` reports: one snapshot per service."""
+
+    store: StoreStatistics
+    storage: StorageStatistics
+    pop: PopStatistics
+    pull_hub: PullHubStatistics
+    timers: TimerStatistics
+    metrics: MetricsStatistics
+    clients: ClientStatistics
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +92,18 @@ class Broker:
     shutting_down: trio.Event
     #: Wall-clock time the broker started, epoch seconds (runtime info).
     started_at: float
+
+    def statistics(self) -> BrokerStatistics:
+        """A snapshot of every service's counters."""
+        return BrokerStatistics(
+            store=self.store.statistics(),
+            storage=self.storage.statistics(),
+            pop=self.pop.statistics(),
+            pull_hub=self.pull_hub.statistics(),
+            timers=self.timers.statistics(),
+            metrics=self.metrics.statistics(),
+            clients=self.clients.statistics(),
+        )
 
     def wake_parked(self) -> None:
         """Answer every parked pull and pop now (they see ``shutting_down`` and return)."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
+from typing import Any, Generic, NoReturn, Protocol, TypeVar
 
 import trio
 
@@ -47,9 +47,6 @@ from protocol.connection import (
 )
 from protocol.errors import ProtocolError
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE
-
-if TYPE_CHECKING:
-    from broker.context import BrokerContext
 
 _log = get_logger("server")
 RECEIVE_SIZE = 65536
@@ -357,65 +354,3 @@ def peer_of(stream: trio.abc.Stream) -> str:
     except OSError:
         return "?"
     return f"{host}:{port}"
-
-
-# ------------------------------------------------------------------ the broker, until app.py
-class _ContextState(ServerState):
-    """A :class:`ServerState` that keeps :class:`~broker.context.BrokerContext`'s copies of
-    the bookkeeping current (``connections``, ``open_connections``, ``in_flight``, read by
-    ``ctx.drained()`` and the runtime-info processor), and takes the connection count, which
-    ``max_connections`` is checked against, from there.
-
-    Transitional: one is made per connection by :func:`handle_connection`, so its own
-    counters and :meth:`wait_drained` mean nothing; once ``broker.app`` holds a
-    :class:`ServerState` and calls :func:`serve_remoting`, this class goes.
-    """
-
-    def __init__(self, ctx: BrokerContext) -> None:
-        super().__init__()
-        self._ctx = ctx
-
-    @property
-    def connections(self) -> int:
-        """The broker's open connections."""
-        return self._ctx.connections
-
-    def opened(self, conn: Connection) -> None:
-        """Counted on the context too."""
-        super().opened(conn)
-        self._ctx.connections += 1
-        self._ctx.open_connections.add(conn)
-
-    def closed(self, conn: Connection) -> None:
-        """Forgotten on the context too."""
-        super().closed(conn)
-        self._ctx.open_connections.discard(conn)
-        self._ctx.connections -= 1
-
-    def request_started(self) -> None:
-        """Counted on the context too."""
-        super().request_started()
-        self._ctx.in_flight += 1
-
-    def request_finished(self) -> None:
-        """Counted on the context too."""
-        super().request_finished()
-        self._ctx.in_flight -= 1
-
-
-def broker_dispatcher(ctx: BrokerContext) -> BoundRegistry[BrokerContext]:
-    """The broker's processors bound to ``ctx``; a closing connection leaves its groups."""
-    return BoundRegistry(
-        ctx.registry,
-        ctx,
-        sync=ctx.config.flush == "sync",
-        on_close=ctx.connection_closed,
-    )
-
-
-async def handle_connection(ctx: BrokerContext, stream: trio.abc.Stream) -> None:
-    """Serve one broker connection (``broker.app`` hands this to ``trio.serve_listeners``):
-    :func:`handle_stream` with the broker's processors, keeping ``ctx``'s bookkeeping."""
-    await handle_stream(
-        broker_dispatcher(ctx), ServerLimits.of(ctx.config), _ContextState(ctx), stream
-    )

@@ -39,7 +39,7 @@ async def test_pop_ack_and_ack_again(tmp_path: Path) -> None:
             assert "already acked" in (again.remark or "")
             reply, rest = await pop(client, "g", "T")  # nothing left, no hold
             assert reply.code == ResponseCode.POLLING_TIMEOUT and rest == []
-            assert len(broker.ctx.pop.table) == 0
+            assert broker.statistics().core.pop.in_flight == 0
 
 
 async def test_parked_pop_is_woken_by_a_new_message(tmp_path: Path) -> None:
@@ -98,13 +98,12 @@ async def test_unacked_message_is_revived_at_its_deadline_into_the_v2_retry_topi
             late = await ack(client, "g", first)
             assert late.code == ResponseCode.NO_MESSAGE
             # The original lease is forgotten once its retry copy is on disk (next flush).
-            pop_state = broker.ctx.pop
-            assert pop_state is not None
             for _ in range(300):  # bounded: one flush interval at most
-                if pop_state.statistics().in_flight == 0:
+                if broker.statistics().core.pop.in_flight == 0:
                     break
                 await trio.sleep(0.01)
-            assert pop_state.statistics().revived == 1 and pop_state.statistics().in_flight == 0
+            pop_stats = broker.statistics().core.pop
+            assert pop_stats.revived == 1 and pop_stats.in_flight == 0
 
 
 async def test_change_invisible_time_moves_the_deadline_and_staleness(tmp_path: Path) -> None:
@@ -117,7 +116,7 @@ async def test_change_invisible_time_moves_the_deadline_and_staleness(tmp_path: 
             assert reply.code == ResponseCode.SUCCESS and newer is not None
             assert newer.receipt.pop_time_ms >= p.receipt.pop_time_ms
             await trio.sleep(0.6)  # past the old deadline: not revived
-            assert broker.ctx.pop.revive.revived == 0
+            assert broker.statistics().core.pop.revived == 0
             stale = await ack(client, "g", p)
             assert stale.code == ResponseCode.NO_MESSAGE and "stale" in (stale.remark or "")
             assert (await ack(client, "g", newer)).code == ResponseCode.SUCCESS
@@ -166,10 +165,10 @@ async def test_batch_ack(tmp_path: Path) -> None:
             _, got = await pop(client, "g", "T")
             reply = await batch_ack(client, "g", got[:3])
             assert reply.code == ResponseCode.SUCCESS and reply.remark is None
-            assert len(broker.ctx.pop.table) == 1
+            assert broker.statistics().core.pop.in_flight == 1
             reply = await batch_ack(client, "g", got)  # three of four no longer in flight
             assert reply.code == ResponseCode.SUCCESS and reply.remark == "3 not in flight"
-            assert len(broker.ctx.pop.table) == 0
+            assert broker.statistics().core.pop.in_flight == 0
 
 
 async def test_tag_filter(tmp_path: Path) -> None:
@@ -197,10 +196,10 @@ async def test_dlq_after_max_reconsume_times(tmp_path: Path) -> None:
             _, (r,) = await pop(client, "g", "T", invisible_ms=200, poll_ms=3_000)
             assert r.msg.reconsume_times == 1
             for _ in range(300):  # bounded: the second expiry dead-letters it
-                if broker.ctx.pop.revive.dead_lettered:
+                if broker.statistics().core.pop.dead_lettered:
                     break
                 await trio.sleep(0.01)
-            got = broker.ctx.store.get("%DLQ%g", 0, 0, 8)
+            got = broker.broker.store.get("%DLQ%g", 0, 0, 8)
             assert got.count == 1
             reply, rest = await pop(client, "g", "T", poll_ms=300)
             assert reply.code == ResponseCode.POLLING_TIMEOUT and rest == []
@@ -248,7 +247,7 @@ async def test_two_groups_only_the_failing_one_gets_retries_and_wakeups(tmp_path
                     nursery.start_soon(consume, client, "A", 5_000)
                     nursery.start_soon(consume, other, "B", 1_500)
             assert results == {"A": [b"shared"], "B": []}
-            hub = broker.ctx.pop.hub.statistics()
+            hub = broker.statistics().core.pop.hub
             assert "B" not in hub.groups or hub.groups["B"].wakeups == 0
             assert hub.wasted_wakeups == 0
 
@@ -290,7 +289,7 @@ async def test_unacked_messages_survive_a_graceful_restart(tmp_path: Path) -> No
             _, got = await pop(client, "g", "T", invisible_ms=1_500)
             assert (await ack(client, "g", got[0])).code == ResponseCode.SUCCESS
         async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
-            assert len(broker.ctx.pop.table) == 2
+            assert broker.statistics().core.pop.in_flight == 2
             # the receipt from before the restart still acks
             assert (await ack(client, "g", got[1])).code == ResponseCode.SUCCESS
             _, back = await pop(client, "g", "T", poll_ms=5_000)

@@ -151,7 +151,7 @@ async def update_offset(client: BrokerClient, offset: int, queue_id: int = 0) ->
 async def wait_parked(broker: BrokerHandle, count: int = 1) -> None:
     """Wait until ``count`` pulls are parked in the broker's hub."""
     # A counter, not an event: the hub has nothing to wait on, so poll it briefly.
-    while broker.ctx.pull_hub.statistics().parked < count:  # noqa: ASYNC110
+    while broker.statistics().core.pull_hub.parked < count:  # noqa: ASYNC110
         await trio.sleep(0.005)
 
 
@@ -335,7 +335,7 @@ async def test_commits_via_pull_and_update_then_query(tmp_path: Path) -> None:
             assert (await query_offset(client)).ext_fields["offset"] == "1"
             assert (await update_offset(client, -1)).code == ResponseCode.SUCCESS
             assert (await query_offset(client)).ext_fields["offset"] == "1"
-            assert broker.ctx.store.offsets.query(GROUP, TOPIC, 0) == 1
+            assert broker.broker.store.offsets.query(GROUP, TOPIC, 0) == 1
 
             header = UpdateConsumerOffsetRequestHeader(
                 consumer_group=GROUP, topic="NoSuchTopic", queue_id=0, commit_offset=1
@@ -366,8 +366,8 @@ async def test_never_committed_group_starts_at_zero_while_message_zero_exists(
 
             for i in range(60):
                 await send(client, b"filler %d" % i + b"." * 200)
-            store = broker.ctx.store
-            await broker.ctx.storage.flush_once()  # segments exist on disk once written out
+            store = broker.broker.store
+            await broker.broker.storage.flush_once()  # segments exist on disk once written out
             assert store.delete_expired(time.time() + 365 * 86400, scheduled=True) > 0
             low = store.min_offset(TOPIC, 0)
             assert low > 0
@@ -459,7 +459,7 @@ async def test_query_message_by_key_and_unique_key(tmp_path: Path) -> None:
             reply = await query("UNIQ-B", unique=True)
             assert [m.body for m in messages(reply)] == [b"b"]
             index = QueryMessageResponseHeader.from_ext(reply.ext_fields)
-            assert index.index_last_update_phyoffset == broker.ctx.store.dispatched_offset
+            assert index.index_last_update_phyoffset == broker.broker.store.dispatched_offset
 
             reply = await query("no-such-key")
             assert reply.code == ResponseCode.QUERY_NOT_FOUND

@@ -36,7 +36,7 @@ async def send_back(
 async def test_failed_message_returns_through_the_retry_topic(tmp_path: Path) -> None:
     with trio.fail_after(10):
         async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
-            store = broker.ctx.store
+            store = broker.broker.store
             await send(client, "Orders", b"m1")
             (original,) = messages(store, "Orders")
             start = trio.current_time()
@@ -68,7 +68,7 @@ async def test_failed_message_returns_through_the_retry_topic(tmp_path: Path) ->
 async def test_past_the_maximum_it_goes_to_the_dlq_at_once(tmp_path: Path) -> None:
     with trio.fail_after(10):
         async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
-            store = broker.ctx.store
+            store = broker.broker.store
             await send(client, "Orders", b"poison")
             (original,) = messages(store, "Orders")
             code = await send_back(client, original.commit_log_offset, max_reconsume_times=0)
@@ -89,4 +89,4 @@ async def test_unknown_offset_is_a_clear_error(tmp_path: Path) -> None:
             code = await send_back(client, 123_456)
             assert code == ResponseCode.SYSTEM_ERROR
             await send(client, "Orders", b"still serving")
-            assert broker.ctx.store.max_offset("Orders", 0) == 1
+            assert broker.broker.store.max_offset("Orders", 0) == 1

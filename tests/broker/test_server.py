@@ -159,7 +159,7 @@ async def test_default_topic_route_points_at_this_broker(tmp_path: Path) -> None
 async def test_send_v1_v2_and_batch_answer_ids_queues_and_offsets(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
-            store = broker.ctx.store
+            store = broker.broker.store
             first = sent(await client.request(send_v1(send_header("Orders"), b"one")))
             assert (first.queue_id, first.queue_offset) == (0, 0)
             host, port, offset = decode_offset_msg_id(first.msg_id)
@@ -232,19 +232,19 @@ async def test_a_batch_is_appended_as_one_unit_even_with_sync_flush(tmp_path: Pa
             (reply,) = replies
             offsets = []
             for msg_id in reply.msg_id.split(","):
-                record = broker.ctx.store.message_at(decode_offset_msg_id(msg_id)[2])
+                record = broker.broker.store.message_at(decode_offset_msg_id(msg_id)[2])
                 assert record is not None
                 offsets.append(decode_record(record)[0].queue_offset)
             first = reply.queue_offset
             assert offsets == list(range(first, first + size))
-            assert broker.ctx.store.max_offset("Batched", 0) == 2 * size
+            assert broker.broker.store.max_offset("Batched", 0) == 2 * size
 
 
 async def test_a_refused_batch_stores_nothing(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
             header = send_header("AllOrNothing").to_v2_ext()
-            limit = broker.ctx.config.max_message_size
+            limit = broker.broker.config.max_message_size
             for bad, remark in [
                 (BatchEntry(b"later", {DELAY: "2"}), "DELAY=2"),
                 (BatchEntry(b"x" * (limit + 1)), f"exceeds {limit}"),
@@ -253,7 +253,7 @@ async def test_a_refused_batch_stores_nothing(tmp_path: Path) -> None:
                 reply = await client.call(RequestCode.SEND_BATCH_MESSAGE, header, body)
                 assert reply.code == ResponseCode.MESSAGE_ILLEGAL
                 assert remark in (reply.remark or "")
-                assert broker.ctx.store.max_offset("AllOrNothing", 0) == 0
+                assert broker.broker.store.max_offset("AllOrNothing", 0) == 0
             reply = await client.call(RequestCode.SEND_BATCH_MESSAGE, header, b"")
             assert reply.code == ResponseCode.MESSAGE_ILLEGAL
             reply = await client.call(RequestCode.SEND_BATCH_MESSAGE, header, b"\x00\x01garbage")
@@ -269,7 +269,7 @@ async def test_send_with_queue_id_minus_one_picks_a_valid_queue(tmp_path: Path) 
                 assert 0 <= reply.queue_id < 4
                 chosen.add(reply.queue_id)
             assert len(chosen) > 1  # spread over the queues
-            total = sum(broker.ctx.store.max_offset("Any", q) for q in range(4))
+            total = sum(broker.broker.store.max_offset("Any", q) for q in range(4))
             assert total == 8
 
 
@@ -282,7 +282,7 @@ async def test_send_to_a_queue_past_the_write_queues_is_refused(tmp_path: Path) 
             assert reply.code == ResponseCode.SYSTEM_ERROR
             remark = reply.remark or ""
             assert "queueId 4" in remark and "4 write queues" in remark and "Four" in remark
-            assert broker.ctx.store.max_offset("Four", 4) == 0
+            assert broker.broker.store.max_offset("Four", 4) == 0
             await assert_usable(client)
 
 
@@ -300,14 +300,14 @@ async def test_send_to_an_illegal_topic_name_is_invalid_parameter(
                     assert "illegal character" in remark and repr(topic) in remark
                 else:
                     assert "empty" in remark
-            assert broker.ctx.topics.get(topic) is None
+            assert broker.broker.topics.get(topic) is None
             await assert_usable(client)
 
 
 async def test_retry_send_past_max_reconsume_times_lands_in_the_dlq(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
         async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
-            store = broker.ctx.store
+            store = broker.broker.store
             retry, dlq = "%RETRY%cg", "%DLQ%cg"
             ok = sent(await client.request(send_v1(send_header(retry, reconsume_times=3))))
             assert ok.queue_id == 0
@@ -337,12 +337,12 @@ async def test_delayed_send_is_accepted_and_held_back(tmp_path: Path) -> None:
             header = send_header("Later", properties={DELAY: "3", TAGS: "T"})
             sent(await client.request(send_v2(header)))
             # Level 3 is 10 s: held in SCHEDULE_TOPIC_XXXX, not in its topic yet.
-            assert broker.ctx.store.max_offset("Later", 0) == 0
-            assert broker.ctx.store.max_offset("SCHEDULE_TOPIC_XXXX", 2) == 1
+            assert broker.broker.store.max_offset("Later", 0) == 0
+            assert broker.broker.store.max_offset("SCHEDULE_TOPIC_XXXX", 2) == 1
             # Level 0 means "not delayed".
             header = send_header("Later", properties={DELAY: "0"})
             sent(await client.request(send_v2(header)))
-            assert broker.ctx.store.max_offset("Later", 0) == 1
+            assert broker.broker.store.max_offset("Later", 0) == 1
 
 
 # ---------------------------------------------------------------- heartbeats and groups
@@ -466,7 +466,7 @@ async def test_pipelined_requests_on_one_connection_are_all_answered(tmp_path: P
             replies = [await client.reply(opaque) for opaque in opaques]
             queue_offsets = sorted(sent(reply).queue_offset for reply in replies)
             assert queue_offsets == list(range(count))
-            assert broker.ctx.store.max_offset("Piped", 2) == count
+            assert broker.broker.store.max_offset("Piped", 2) == count
 
 
 #: What a request from a captured client may be answered with, by request code. Codes other
@@ -522,7 +522,7 @@ async def test_every_captured_request_is_answered_on_its_opaque(tmp_path: Path) 
                         assert reply.code in expected, (cap.path.name, reply.code, reply.remark)
             async with open_client(broker.port) as client:
                 await assert_usable(client)
-            store = broker.ctx.store
+            store = broker.broker.store
             assert sum(store.max_offset("InteropTopic", q) for q in range(4)) >= 3
 
 
@@ -612,7 +612,7 @@ async def test_header_fields_of_the_wrong_type_name_the_field(tmp_path: Path) ->
             reply = await client.call(RequestCode.HEART_BEAT, body=b"{not json")
             assert reply.code == ResponseCode.INVALID_PARAMETER
 
-            assert broker.ctx.store.max_offset("Typed", 0) == 0
+            assert broker.broker.store.max_offset("Typed", 0) == 0
             await assert_usable(client)
 
 
@@ -639,7 +639,7 @@ async def test_oversize_frame_is_answered_and_skipped(tmp_path: Path) -> None:
             await client.send_raw(frames)
             assert (await client.reply(82)).code == ResponseCode.MESSAGE_ILLEGAL
             assert sent(await client.reply(83)).queue_offset == 0
-            assert broker.ctx.store.max_offset("Big", 0) == 1
+            assert broker.broker.store.max_offset("Big", 0) == 1
             await assert_usable(client)
 
 
@@ -667,7 +667,7 @@ async def test_garbage_closes_that_connection_only(tmp_path: Path, garbage: byte
                 await assert_usable(fresh)
             # The broker's per-connection clean-up ran (it exposes a counter, not an event).
             with trio.fail_after(2):
-                while broker.ctx.connections != 1:  # noqa: ASYNC110
+                while broker.statistics().remoting.connections != 1:  # noqa: ASYNC110
                     await trio.sleep(0.01)
 
 

@@ -109,19 +109,19 @@ async def test_timer_message_arrives_at_its_time_not_before(tmp_path: Path) -> N
             start = trio.current_time()
             await send(client, "Later", b"t1", TIMER_DELAY_MS="400")
             await send(client, "Later", b"d1", DELAY="1")  # level 1: 1 s
-            assert delivered(broker.ctx.store, "Later") == []
+            assert delivered(broker.broker.store, "Later") == []
             for _ in range(300):  # bounded poll, 10 ms steps
-                if delivered(broker.ctx.store, "Later"):
+                if delivered(broker.broker.store, "Later"):
                     break
                 await trio.sleep(0.01)
             first = trio.current_time() - start
             assert 0.35 <= first < 0.9  # ~400 ms, not at once, not seconds late
             for _ in range(300):
-                if len(delivered(broker.ctx.store, "Later")) == 2:
+                if len(delivered(broker.broker.store, "Later")) == 2:
                     break
                 await trio.sleep(0.01)
             assert 0.95 <= trio.current_time() - start < 1.8
-            msgs = delivered(broker.ctx.store, "Later")
+            msgs = delivered(broker.broker.store, "Later")
             assert [m.body for m in msgs] == [b"t1", b"d1"]
             for m in msgs:
                 assert m.topic == "Later"
@@ -130,10 +130,10 @@ async def test_timer_message_arrives_at_its_time_not_before(tmp_path: Path) -> N
                 assert "DELAY" not in m.properties
                 assert m.properties[TIMER_SRC]
             for _ in range(100):  # counted once its copy is durable, just after it is readable
-                if broker.ctx.timers.statistics().delivered == 2:
+                if broker.statistics().core.timers.delivered == 2:
                     break
                 await trio.sleep(0.01)
-            assert broker.ctx.timers.statistics() == TimerStatistics(
+            assert broker.statistics().core.timers == TimerStatistics(
                 delivered=2, retried=0, pending=0, in_flight=0
             )
 
@@ -144,22 +144,22 @@ async def test_pending_timers_survive_a_restart_and_fire_once(tmp_path: Path) ->
             await send(client, "Later", b"early", TIMER_DELAY_MS="200")
             await send(client, "Later", b"after-restart", TIMER_DELAY_MS="1500")
             for _ in range(200):
-                if delivered(broker.ctx.store, "Later"):
+                if delivered(broker.broker.store, "Later"):
                     break
                 await trio.sleep(0.01)
-            assert [m.body for m in delivered(broker.ctx.store, "Later")] == [b"early"]
+            assert [m.body for m in delivered(broker.broker.store, "Later")] == [b"early"]
         # Stopped before the second fired; it must fire after the restart, once.
         async with open_broker(tmp_path) as broker:
             for _ in range(300):
-                if len(delivered(broker.ctx.store, "Later")) >= 2:
+                if len(delivered(broker.broker.store, "Later")) >= 2:
                     break
                 await trio.sleep(0.01)
             await trio.sleep(0.3)  # a double fire would show up within this
-            bodies = [m.body for m in delivered(broker.ctx.store, "Later")]
+            bodies = [m.body for m in delivered(broker.broker.store, "Later")]
             assert bodies == [b"early", b"after-restart"]
         async with open_broker(tmp_path) as broker:
             await trio.sleep(0.3)
-            assert len(delivered(broker.ctx.store, "Later")) == 2  # nothing fired again
+            assert len(delivered(broker.broker.store, "Later")) == 2  # nothing fired again
 
 
 def test_snapshot_counts_deliveries_still_waiting_on_their_fsync() -> None:

@@ -295,7 +295,7 @@ async def create_topic(broker: BrokerHandle, topic: str) -> None:
 
 def committed(broker: BrokerHandle) -> dict[int, int]:
     """The consumer group's committed offsets of the topic, by queue id."""
-    return dict(broker.ctx.store.offsets.table(CONSUMER_GROUP, TOPIC))
+    return dict(broker.broker.store.offsets.table(CONSUMER_GROUP, TOPIC))
 
 
 def from_topic(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -414,7 +414,7 @@ async def test_produce_filter_retry_restart(
             assert {e["key"] for e in from_topic(events)} == tag_a, runs
             large = [e for e in events if e["key"] == LARGE_KEY]
             assert large and large[0]["body_len"] > 4096, runs
-            (record,) = broker.ctx.store.messages_by_key(TOPIC, LARGE_KEY)
+            (record,) = broker.broker.store.messages_by_key(TOPIC, LARGE_KEY)
             stored, _ = decode_record(record)
             assert stored.sys_flag & 1, "the client did not compress the large body"
             assert len(stored.body) < len(by_key[LARGE_KEY].body), "stored body not compressed"
@@ -423,7 +423,7 @@ async def test_produce_filter_retry_restart(
             assert [e["key"] for e in events1 if e["failed"]] == [FAIL_KEY], runs
             again = retried(events, FAIL_KEY)
             assert again and all(e["retry_topic"] == TOPIC for e in again), runs
-            assert broker.ctx.store.max_offset(RETRY_TOPIC, 0) >= 1, "nothing in the retry topic"
+            assert broker.broker.store.max_offset(RETRY_TOPIC, 0) >= 1, "nothing in the retry topic"
 
             # Restart: run 1's commits covered what it took, and run 2 resumed there.
             assert all(committed1.get(q, -1) >= o for q, o in needed.items()), runs

@@ -78,7 +78,7 @@ async def test_clients_find_the_broker_through_the_name_server(
                 assert len(produced.of("sent")) == len(messages), produced.report()
                 # The topic is in the name server's route (auto-created ones registered too).
                 assert await brokers_of(ns.port, TOPIC) == ["broker-a"]
-                stored = sum(broker.ctx.store.max_offset(TOPIC, q) for q in range(4))
+                stored = sum(broker.broker.store.max_offset(TOPIC, q) for q in range(4))
                 assert stored == len(messages)
 
                 consumer = LiveDriver(DriverRun(f"{client.name} consumer", tmp_path / "c.err"))

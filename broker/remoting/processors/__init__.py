@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.context import BrokerContext
+from broker.remoting.context import BrokerContext
 from broker.remoting.dispatch import Handler, Registry
 from broker.remoting.processors import (
     ack,

@@ -6,10 +6,10 @@ refusal to ``AckStatus.NO_EXIST``.
 
 from __future__ import annotations
 
-from broker.context import BrokerContext
 from broker.core.pop import lease_key, parse_receipt
 from broker.pop.inflight import LeaseKey, Outcome
 from broker.remoting.connection import Connection
+from broker.remoting.context import BrokerContext
 from protocol.bodies.ack import BatchAckMessageRequestBody
 from protocol.command import RemotingCommand
 from protocol.headers.pop import (

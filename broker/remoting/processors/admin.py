@@ -7,8 +7,8 @@ GET_CONSUME_STATS (208, consumer progress: broker offset vs committed offset per
 
 from __future__ import annotations
 
-from broker.context import BrokerContext
 from broker.remoting.connection import Connection
+from broker.remoting.context import BrokerContext
 from protocol.bodies.broker import (
     ConsumeStats,
     OffsetWrapper,
@@ -65,7 +65,7 @@ async def topic_stats(
 ) -> RemotingCommand:
     """Min and max offset of every queue of a topic."""
     header = GetTopicStatsInfoRequestHeader.from_ext(cmd.ext_fields)
-    name = ctx.config.broker_name
+    name = ctx.broker.config.broker_name
     table = {
         MessageQueue(header.topic, name, qid): TopicOffset(q.min_offset, q.max_offset)
         for qid, q in ctx.broker.admin.topic_stats(header.topic).items()
@@ -79,7 +79,7 @@ async def consume_stats(
     """A group's progress: broker offset vs committed offset for every queue it consumes
     (one topic, or every topic the group has offsets for)."""
     header = GetConsumeStatsRequestHeader.from_ext(cmd.ext_fields)
-    name = ctx.config.broker_name
+    name = ctx.broker.config.broker_name
     progress = ctx.broker.admin.consume_stats(header.consumer_group, header.topic or None)
     table = {
         MessageQueue(p.topic, name, p.queue_id): OffsetWrapper(

@@ -5,9 +5,9 @@ the Remoting adapter over :class:`broker.core.clients.ClientRegistry` (the conne
 
 from __future__ import annotations
 
-from broker.context import BrokerContext
 from broker.core.clients import ConsumerRegistration, ConsumeType, MessageModel, Subscription
 from broker.remoting.connection import Connection
+from broker.remoting.context import BrokerContext
 from protocol.bodies.consumer import GetConsumerListByGroupResponseBody
 from protocol.bodies.heartbeat import ConsumerData, HeartbeatData
 from protocol.command import RemotingCommand

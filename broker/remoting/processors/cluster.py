@@ -16,10 +16,10 @@ knows).
 
 from __future__ import annotations
 
-from broker.context import BrokerContext
 from broker.core.offsets import OffsetReset
 from broker.remoting.channel import reset_offset_body
 from broker.remoting.connection import Connection
+from broker.remoting.context import BrokerContext
 from protocol.bodies.admin import ConsumerOffsetSerializeWrapper, KVTable
 from protocol.bodies.route import BrokerData, ClusterInfo, TopicList
 from protocol.command import RemotingCommand
@@ -47,7 +47,7 @@ async def broker_runtime_info(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
     """``KVTable`` of runtime facts (:meth:`broker.core.admin.AdminService.runtime_info`)."""
-    table = ctx.broker.admin.runtime_info(connections=len(ctx.open_connections))
+    table = ctx.broker.admin.runtime_info(connections=ctx.server.connections)
     return cmd.response(body=KVTable(table).to_json())
 
 
@@ -72,7 +72,7 @@ async def reset_offset(
     reset = offset_reset(ResetOffsetRequestHeader.from_ext(cmd.ext_fields))
     offsets = ctx.broker.offsets.reset(reset)
     ctx.broker.clients.notify_reset(reset, offsets)
-    return cmd.response(body=reset_offset_body(reset.topic, ctx.config.broker_name, offsets))
+    return cmd.response(body=reset_offset_body(reset.topic, ctx.broker.config.broker_name, offsets))
 
 
 async def all_consumer_offsets(

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from broker.context import BrokerContext
 from broker.locks import QueueName
 from broker.remoting.connection import Connection
+from broker.remoting.context import BrokerContext
 from protocol.bodies.consumer import (
     LockBatchRequestBody,
     LockBatchResponseBody,

@@ -6,9 +6,9 @@ GET_EARLIEST_MSG_STORETIME 32): the Remoting adapter over
 
 from __future__ import annotations
 
-from broker.context import BrokerContext
 from broker.core.offsets import Boundary
 from broker.remoting.connection import Connection
+from broker.remoting.context import BrokerContext
 from protocol.command import RemotingCommand
 from protocol.headers.offsets import (
     BOUNDARY_UPPER,

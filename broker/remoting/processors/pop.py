@@ -8,10 +8,10 @@ client rebuilds its receipts from, or ``POLLING_TIMEOUT`` when nothing was found
 
 from __future__ import annotations
 
-from broker.context import BrokerContext
 from broker.core.pop import PopBatch
 from broker.pop.reader import REVIVE_QID
 from broker.remoting.connection import Connection
+from broker.remoting.context import BrokerContext
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers.pop import PopMessageRequestHeader, PopMessageResponseHeader
@@ -59,5 +59,5 @@ async def pop_message(
         attempt_id=header.attempt_id,
         init_mode=header.init_mode,
     )
-    hold_s = max(0, min(header.poll_time, ctx.config.suspend_max_ms)) / 1000
+    hold_s = max(0, min(header.poll_time, ctx.broker.config.suspend_max_ms)) / 1000
     return answer(cmd, await pops.pop(req, hold_s=hold_s))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from broker.context import BrokerContext
 from broker.core.pull import PullRequest, caught_up
 from broker.remoting.connection import Connection
+from broker.remoting.context import BrokerContext
 from broker.store.api import GetResult, GetStatus
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
@@ -76,7 +76,7 @@ def hold_seconds(ctx: BrokerContext, header: PullMessageRequestHeader) -> float:
     broker's ``suspend_max_ms`` (RocketMQ ``brokerSuspendMaxTimeMillis``); 0 = do not hold."""
     if not header.has_suspend:
         return 0.0
-    return max(0, min(header.suspend_timeout_millis, ctx.config.suspend_max_ms)) / 1000
+    return max(0, min(header.suspend_timeout_millis, ctx.broker.config.suspend_max_ms)) / 1000
 
 
 # LITE_PULL_MESSAGE (361) carries the same header and is served by the same processor class in

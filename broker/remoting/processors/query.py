@@ -8,9 +8,9 @@ nothing is ``QUERY_NOT_FOUND``.
 
 from __future__ import annotations
 
-from broker.context import BrokerContext
 from broker.core.admin import MessageQuery
 from broker.remoting.connection import Connection
+from broker.remoting.context import BrokerContext
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers.admin import (

@@ -7,9 +7,9 @@ Unknown topics answer ``TOPIC_NOT_EXIST`` like a name server does; producers the
 
 from __future__ import annotations
 
-from broker.context import BrokerContext
 from broker.core.routes import RouteView
 from broker.remoting.connection import Connection
+from broker.remoting.context import BrokerContext
 from protocol.bodies.route import BrokerData, QueueData, TopicRouteData
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand

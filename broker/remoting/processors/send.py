@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from broker.context import BrokerContext
 from broker.core.send import UNKNOWN_HOST, BatchSendRequest, SendRequest
 from broker.remoting.connection import Connection
+from broker.remoting.context import BrokerContext
 from broker.store.api import Host, PutResult, PutStatus
 from protocol.batch import decode_batch
 from protocol.codes import ResponseCode

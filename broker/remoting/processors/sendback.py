@@ -4,9 +4,9 @@ retry topic, delay schedule and DLQ, live there)."""
 
 from __future__ import annotations
 
-from broker.context import BrokerContext
 from broker.core.send import SendBackRequest
 from broker.remoting.connection import Connection
+from broker.remoting.context import BrokerContext
 from protocol.command import RemotingCommand
 from protocol.headers.send import ConsumerSendMsgBackRequestHeader
 
