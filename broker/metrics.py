@@ -21,10 +21,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker.logs import get_logger
+
+if TYPE_CHECKING:
+    from broker.offload import Offload
 
 _log = get_logger("metrics")
 
@@ -164,8 +168,11 @@ class MetricsWriter:
         max_buffer: int = 100_000,
         max_file_bytes: int = 64 * 1024 * 1024,
         max_total_bytes: int = 1024 * 1024 * 1024,
+        offload: Offload | None = None,
     ) -> None:
         self.directory = directory
+        #: Where file writes run (a worker thread unless injected; see broker.offload).
+        self._offload_with = offload
         self.broker = broker
         self._wake_mode = wake_mode if callable(wake_mode) else _constant(wake_mode)
         self._clock_ms = clock_ms
@@ -247,18 +254,21 @@ class MetricsWriter:
         """
         import trio  # here, so that the schema above is importable without trio
 
+        from broker.offload import run_in_thread
+
+        offload = self._offload_with or run_in_thread
         if self.directory is None:
             return
         try:
             while True:
                 await trio.sleep(interval)
                 if self._buffer:
-                    await trio.to_thread.run_sync(self._write, self._take())
+                    await offload(partial(self._write, self._take()))
         finally:
             batch = self._take()
             with trio.CancelScope(deadline=trio.current_time() + stop_timeout, shield=True):
                 if batch:
-                    await trio.to_thread.run_sync(self._write, batch, abandon_on_cancel=True)
+                    await offload(partial(self._write, batch), abandon_on_cancel=True)
 
     def _write(self, batch: list[_Row]) -> int:
         if not batch or self.directory is None:

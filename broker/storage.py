@@ -15,10 +15,12 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TypeVar
 
 import trio
 
+from broker.offload import Offload, run_in_thread
 from broker.store.api import FlushMode, MessageToStore, PutResult, PutStatus
 from broker.store.store import MessageStore
 from broker.store.tickets import CheckpointTicket
@@ -48,8 +50,9 @@ class _Waiter:
 class Storage:
     """Async facade over a :class:`MessageStore` (create with :func:`serve_storage`)."""
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: MessageStore, offload: Offload = run_in_thread) -> None:
         self.store = store
+        self._offload = offload
         self._waiters: list[_Waiter] = []
         self._wake = trio.Event()
         self._fsyncs = 0
@@ -116,10 +119,11 @@ class Storage:
         self, begin: Callable[[], T], sync: Callable[[T], None], end: Callable[[T], object]
     ) -> bool:
         """Run a store ``*_begin/_sync/_end`` triple, the blocking ``_sync`` in a worker
-        thread; then wake the puts it made durable, or fail them all on a disk error."""
+        thread (``offload``); then wake the puts it made durable, or fail them all on a disk
+        error."""
         try:
             ticket = begin()
-            await trio.to_thread.run_sync(sync, ticket)
+            await self._offload(partial(sync, ticket))
         except OSError as exc:
             self._disk_errors += 1
             self.store.note_disk_error(exc)

@@ -21,6 +21,7 @@ import trio
 from broker.clock import Clock
 from broker.core.routes import BrokerIdentity
 from broker.locks import QueueName, RebalanceLocks
+from broker.offload import Offload
 from broker.pop.service import PopEngine
 from broker.store.store import MessageStore
 from broker.topics import TopicConfig, TopicManager
@@ -97,6 +98,7 @@ class AdminService:
         clock: Clock,
         started_at: float,
         sync_flush: bool,
+        offload: Offload,
     ) -> None:
         self._identity = identity
         self._store = store
@@ -106,6 +108,7 @@ class AdminService:
         self._clock = clock
         self._started_at = started_at
         self._sync_flush = sync_flush
+        self._offload = offload
 
     # ------------------------------------------------------------------ topics
     def create_topic(self, config: TopicConfig) -> TopicConfig:
@@ -143,7 +146,7 @@ class AdminService:
             self._topics.delete(name)
             self._store.delete_topic(name)
         write = self._pop.forget_topics(doomed)
-        await trio.to_thread.run_sync(write)
+        await self._offload(write)
 
     def topic_list(self) -> list[str]:
         """Every topic of this broker, system topics included (as a name server lists

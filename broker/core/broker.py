@@ -40,6 +40,7 @@ from broker.locks import RebalanceLocks
 from broker.logs import get_logger
 from broker.longpoll import Arrivals, PullHub, PullHubStatistics
 from broker.metrics import MetricsStatistics, MetricsWriter
+from broker.offload import Offload, run_in_thread
 from broker.pop.hub import PopHub, WakeMode
 from broker.pop.service import PopEngine, PopStatistics
 from broker.schedule import SCHEDULE_TOPIC
@@ -164,10 +165,13 @@ async def open_broker(
     port: int,
     clock: Clock = SYSTEM_CLOCK,
     disk_probe: DiskProbe = disk_used_ratio,
+    offload: Offload = run_in_thread,
 ) -> AsyncIterator[Broker]:
     """Open the store and every service of a broker whose front end listens on ``port``
     (it goes into records and routes), run the background tasks while the block runs, and
-    close everything cleanly when it ends (see the module docstring)."""
+    close everything cleanly when it ends (see the module docstring). ``clock``,
+    ``disk_probe`` and ``offload`` (where blocking file work runs) are injected so tests own
+    time and the machine's state."""
     deadlines = DeadlineLoop(clock)
     pull_hub = PullHub()
     v1_names = V1RetryNames()
@@ -175,7 +179,7 @@ async def open_broker(
     store = MessageStore.open(
         config.store_config(port, clock=clock, disk_probe=disk_probe), Arrivals(pull_hub, pop_hub)
     )
-    storage = Storage(store)
+    storage = Storage(store, offload)
     try:
         topics = _open_topics(config, store, clock)
         metrics = MetricsWriter(
@@ -183,6 +187,7 @@ async def open_broker(
             broker=config.broker_name,
             wake_mode=lambda: pop_hub.wake_mode.value,
             clock_ms=clock.now_ms_f,
+            offload=offload,
         )
         timers = TimerService(
             storage,
@@ -224,6 +229,7 @@ async def open_broker(
             clock=clock,
             started_at=started_at,
             sync_flush=config.flush == "sync",
+            offload=offload,
         ),
         routes=RouteService(topics, identity),
         shutting_down=shutting_down,

@@ -1,15 +1,23 @@
-"""POP_MESSAGE / ACK_MESSAGE / BATCH_ACK_MESSAGE / CHANGE_MESSAGE_INVISIBLETIME over TCP."""
+"""POP_MESSAGE / ACK_MESSAGE / BATCH_ACK_MESSAGE / CHANGE_MESSAGE_INVISIBLETIME.
+
+The broker runs over memory streams on trio's mock clock (``autojump_clock``): its wall clock
+follows trio's, so invisible times, revive deadlines and long-poll holds are exact virtual
+times, whatever the machine's load. (Pop over TCP is covered by the interop and client tests.)
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
+import trio.testing
 
 from protocol.codes import RequestCode, ResponseCode
 from protocol.properties import FIRST_POP_TIME, ORIGIN_MESSAGE_ID, ORIGIN_TOPIC, REVIVE_DEADLINE_MS
 from protocol.receipt import RetryFlag
-from tests.broker.client import BrokerClient, open_broker, open_client
+from tests.broker.client import BrokerClient
+from tests.broker.memory import open_memory_broker
 from tests.broker.pop_client import ack, batch_ack, change_invisible, pop
 from tests.broker.test_timers import send
 
@@ -22,9 +30,11 @@ async def create_topic(client: BrokerClient, topic: str, queues: int = 4) -> Non
     assert reply.code == ResponseCode.SUCCESS, reply.remark
 
 
-async def test_pop_ack_and_ack_again(tmp_path: Path) -> None:
+async def test_pop_ack_and_ack_again(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(10):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             await create_topic(client, "T")
             for i in range(5):
                 await send(client, "T", f"m{i}".encode())
@@ -42,11 +52,13 @@ async def test_pop_ack_and_ack_again(tmp_path: Path) -> None:
             assert broker.statistics().core.pop.in_flight == 0
 
 
-async def test_parked_pop_is_woken_by_a_new_message(tmp_path: Path) -> None:
+async def test_parked_pop_is_woken_by_a_new_message(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(10):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             await create_topic(client, "T")
-            async with open_client(broker.port) as producer, trio.open_nursery() as nursery:
+            async with broker.connect() as producer, trio.open_nursery() as nursery:
 
                 async def later() -> None:
                     await trio.sleep(0.3)
@@ -57,30 +69,35 @@ async def test_parked_pop_is_woken_by_a_new_message(tmp_path: Path) -> None:
                 reply, got = await pop(client, "g", "T", poll_ms=5_000)
                 waited = trio.current_time() - start
             assert reply.code == ResponseCode.SUCCESS and [p.msg.body for p in got] == [b"late"]
-            assert 0.25 < waited < 1.5
+            assert waited == pytest.approx(0.3)  # woken by the arrival itself, not a scan
 
 
-async def test_parked_pop_times_out_with_polling_timeout(tmp_path: Path) -> None:
+async def test_parked_pop_times_out_with_polling_timeout(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(10):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             await create_topic(client, "T")
             start = trio.current_time()
             reply, got = await pop(client, "g", "T", poll_ms=400)
             assert reply.code == ResponseCode.POLLING_TIMEOUT and got == []
-            assert 0.35 < trio.current_time() - start < 1.5
+            assert trio.current_time() - start == pytest.approx(0.4)  # exactly its poll time
 
 
 async def test_unacked_message_is_revived_at_its_deadline_into_the_v2_retry_topic(
-    tmp_path: Path,
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     with trio.fail_after(15):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             await create_topic(client, "T")
             await send(client, "T", b"once")
             _, (first,) = await pop(client, "g", "T", invisible_ms=500)
             deadline = first.receipt.deadline_ms
+            popped_at = trio.current_time()
             reply, got = await pop(client, "g", "T", poll_ms=5_000, invisible_ms=10_000)
             assert reply.code == ResponseCode.SUCCESS
+            # Revived at its deadline and handed to the parked pop at once (ms resolution).
+            assert trio.current_time() - popped_at == pytest.approx(0.5, abs=0.002)
             (retry,) = got
             assert retry.msg.topic == "T"  # consumers see the original topic
             assert retry.msg.body == b"once"
@@ -106,9 +123,11 @@ async def test_unacked_message_is_revived_at_its_deadline_into_the_v2_retry_topi
             assert pop_stats.revived == 1 and pop_stats.in_flight == 0
 
 
-async def test_change_invisible_time_moves_the_deadline_and_staleness(tmp_path: Path) -> None:
+async def test_change_invisible_time_moves_the_deadline_and_staleness(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(15):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             await create_topic(client, "T")
             await send(client, "T", b"slow")
             _, (p,) = await pop(client, "g", "T", invisible_ms=300)
@@ -122,9 +141,11 @@ async def test_change_invisible_time_moves_the_deadline_and_staleness(tmp_path: 
             assert (await ack(client, "g", newer)).code == ResponseCode.SUCCESS
 
 
-async def test_bad_receipts_and_bad_pops_get_clear_codes(tmp_path: Path) -> None:
+async def test_bad_receipts_and_bad_pops_get_clear_codes(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(10):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             await create_topic(client, "T")
             await send(client, "T", b"x")
             _, (p,) = await pop(client, "g", "T")
@@ -156,9 +177,9 @@ async def test_bad_receipts_and_bad_pops_get_clear_codes(tmp_path: Path) -> None
             assert (await ack(client, "g", p)).code == ResponseCode.SUCCESS
 
 
-async def test_batch_ack(tmp_path: Path) -> None:
+async def test_batch_ack(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     with trio.fail_after(10):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             await create_topic(client, "T", queues=1)
             for i in range(4):
                 await send(client, "T", f"b{i}".encode())
@@ -171,9 +192,9 @@ async def test_batch_ack(tmp_path: Path) -> None:
             assert broker.statistics().core.pop.in_flight == 0
 
 
-async def test_tag_filter(tmp_path: Path) -> None:
+async def test_tag_filter(tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     with trio.fail_after(10):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             await create_topic(client, "T", queues=1)
             await send(client, "T", b"a", TAGS="TagA")
             await send(client, "T", b"b", TAGS="TagB")
@@ -184,11 +205,13 @@ async def test_tag_filter(tmp_path: Path) -> None:
             assert reply.code == ResponseCode.POLLING_TIMEOUT
 
 
-async def test_dlq_after_max_reconsume_times(tmp_path: Path) -> None:
+async def test_dlq_after_max_reconsume_times(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(15):
         async with (
-            open_broker(tmp_path, max_reconsume_times=1) as broker,
-            open_client(broker.port) as client,
+            open_memory_broker(tmp_path, max_reconsume_times=1) as broker,
+            broker.connect() as client,
         ):
             await create_topic(client, "T", queues=1)
             await send(client, "T", b"poison")
@@ -205,11 +228,13 @@ async def test_dlq_after_max_reconsume_times(tmp_path: Path) -> None:
             assert reply.code == ResponseCode.POLLING_TIMEOUT and rest == []
 
 
-async def test_v1_retry_names_and_collisions_are_refused(tmp_path: Path) -> None:
+async def test_v1_retry_names_and_collisions_are_refused(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(15):
         async with (
-            open_broker(tmp_path, retry_naming="v1") as broker,
-            open_client(broker.port) as client,
+            open_memory_broker(tmp_path, retry_naming="v1") as broker,
+            broker.connect() as client,
         ):
             await create_topic(client, "Order_Topic", queues=1)
             await create_topic(client, "Topic", queues=1)
@@ -228,15 +253,17 @@ async def test_v1_retry_names_and_collisions_are_refused(tmp_path: Path) -> None
             assert "already used" in (reply.remark or "")
 
 
-async def test_two_groups_only_the_failing_one_gets_retries_and_wakeups(tmp_path: Path) -> None:
+async def test_two_groups_only_the_failing_one_gets_retries_and_wakeups(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(20):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             await create_topic(client, "T", queues=1)
             await send(client, "T", b"shared")
             _, (_a,) = await pop(client, "A", "T", invisible_ms=300)  # A never acks
             _, (b,) = await pop(client, "B", "T", invisible_ms=300)
             assert (await ack(client, "B", b)).code == ResponseCode.SUCCESS
-            async with open_client(broker.port) as other:
+            async with broker.connect() as other:
                 results: dict[str, list[bytes]] = {}
 
                 async def consume(c: BrokerClient, group: str, poll_ms: int) -> None:
@@ -252,9 +279,11 @@ async def test_two_groups_only_the_failing_one_gets_retries_and_wakeups(tmp_path
             assert hub.wasted_wakeups == 0
 
 
-async def test_orderly_pop_blocks_then_redelivers_in_order(tmp_path: Path) -> None:
+async def test_orderly_pop_blocks_then_redelivers_in_order(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(15):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             await create_topic(client, "T", queues=1)
             for i in range(3):
                 await send(client, "T", f"o{i}".encode())
@@ -280,15 +309,17 @@ async def test_orderly_pop_blocks_then_redelivers_in_order(tmp_path: Path) -> No
             assert [p.msg.body for p in nxt] == [b"o3"]
 
 
-async def test_unacked_messages_survive_a_graceful_restart(tmp_path: Path) -> None:
+async def test_unacked_messages_survive_a_graceful_restart(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(20):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             await create_topic(client, "T", queues=1)
             for i in range(3):
                 await send(client, "T", f"r{i}".encode())
             _, got = await pop(client, "g", "T", invisible_ms=1_500)
             assert (await ack(client, "g", got[0])).code == ResponseCode.SUCCESS
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             assert broker.statistics().core.pop.in_flight == 2
             # the receipt from before the restart still acks
             assert (await ack(client, "g", got[1])).code == ResponseCode.SUCCESS

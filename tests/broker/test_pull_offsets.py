@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from broker.app import BrokerHandle
 from protocol.codes import RequestCode, ResponseCode
@@ -40,6 +41,7 @@ from protocol.message import MessageExt, decode_records
 from protocol.msgid import decode_offset_msg_id
 from protocol.properties import KEYS, TAGS, UNIQ_KEY, encode_properties
 from tests.broker.client import BrokerClient, open_broker, open_client
+from tests.broker.memory import MemoryBroker, open_memory_broker
 
 pytestmark = pytest.mark.integration
 
@@ -148,7 +150,7 @@ async def update_offset(client: BrokerClient, offset: int, queue_id: int = 0) ->
     return await client.call(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_ext())
 
 
-async def wait_parked(broker: BrokerHandle, count: int = 1) -> None:
+async def wait_parked(broker: BrokerHandle | MemoryBroker, count: int = 1) -> None:
     """Wait until ``count`` pulls are parked in the broker's hub."""
     # A counter, not an event: the hub has nothing to wait on, so poll it briefly.
     while broker.statistics().core.pull_hub.parked < count:  # noqa: ASYNC110
@@ -233,26 +235,30 @@ async def test_pull_of_unknown_topic_or_queue_is_refused(tmp_path: Path) -> None
 
 
 # ---------------------------------------------------------------- long polling
-async def test_long_poll_is_woken_by_a_send_to_its_queue(tmp_path: Path) -> None:
+async def test_long_poll_is_woken_by_a_send_to_its_queue(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             await send(client, b"old")
             opaque = client.next_opaque()
             await client.send(pull_request(1, suspend_ms=5000, opaque=opaque))
             await wait_parked(broker)
-            async with open_client(broker.port) as producer:
+            async with broker.connect() as producer:
                 started = trio.current_time()
                 await send(producer, b"new")
                 reply = await client.reply(opaque, timeout=2)
                 elapsed = trio.current_time() - started
             assert [m.body for m in messages(reply)] == [b"new"]
             assert pulled(reply).next_begin_offset == 2
-            assert elapsed < 0.5  # milliseconds in practice; the hold would be 5 s
+            assert elapsed == 0  # woken by the send itself; the hold would be 5 s
 
 
-async def test_long_poll_ignores_other_queues_and_other_tags(tmp_path: Path) -> None:
+async def test_long_poll_ignores_other_queues_and_other_tags(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             await send(client, b"first", tags="TagA")
             started = trio.current_time()
             opaque = client.next_opaque()
@@ -263,7 +269,7 @@ async def test_long_poll_ignores_other_queues_and_other_tags(tmp_path: Path) -> 
             reply = await client.reply(opaque, timeout=3)
             elapsed = trio.current_time() - started
             assert reply.code == ResponseCode.PULL_NOT_FOUND
-            assert 0.55 <= elapsed < 2.0  # its own suspend timeout, not a wake-up
+            assert elapsed == pytest.approx(0.6)  # its own suspend timeout, not a wake-up
             header = pulled(reply)
             assert header.next_begin_offset == 1
             assert header.max_offset == 2  # refreshed without re-reading
@@ -273,29 +279,33 @@ async def test_long_poll_ignores_other_queues_and_other_tags(tmp_path: Path) -> 
             assert pulled(reply).next_begin_offset == 2
 
 
-async def test_suspend_is_capped_by_the_broker(tmp_path: Path) -> None:
+async def test_suspend_is_capped_by_the_broker(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(TIMEOUT):
         async with (
-            open_broker(tmp_path, suspend_max_ms=200) as broker,
-            open_client(broker.port) as client,
+            open_memory_broker(tmp_path, suspend_max_ms=200) as broker,
+            broker.connect() as client,
         ):
             await send(client, b"x")
             started = trio.current_time()
             reply = await pull(client, 1, suspend_ms=30_000)
             assert reply.code == ResponseCode.PULL_NOT_FOUND
-            assert 0.15 <= trio.current_time() - started < 2.0
+            assert trio.current_time() - started == pytest.approx(0.2)  # the broker's cap
 
 
-async def test_a_parked_pull_does_not_block_its_connection(tmp_path: Path) -> None:
+async def test_a_parked_pull_does_not_block_its_connection(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             await send(client, b"x")
             opaque = client.next_opaque()
             await client.send(pull_request(1, suspend_ms=5000, opaque=opaque))
             await wait_parked(broker)
             started = trio.current_time()
             assert await max_offset(client) == 1
-            assert trio.current_time() - started < 0.5
+            assert trio.current_time() - started == 0  # answered beside the parked pull
             assert not client.has_reply(opaque)
             await send(client, b"wake")
             assert [m.body for m in messages(await client.reply(opaque))] == [b"wake"]

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
+import trio.testing
 
 from broker.store.store import MessageStore
 from protocol.codes import RequestCode, ResponseCode
 from protocol.headers.send import ConsumerSendMsgBackRequestHeader
 from protocol.message import MessageExt, decode_records
 from tests.broker.client import BrokerClient, open_broker, open_client
+from tests.broker.memory import open_memory_broker
 from tests.broker.test_timers import send
 
 
@@ -33,9 +36,11 @@ async def send_back(
     return reply.code
 
 
-async def test_failed_message_returns_through_the_retry_topic(tmp_path: Path) -> None:
+async def test_failed_message_returns_through_the_retry_topic(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(10):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             store = broker.broker.store
             await send(client, "Orders", b"m1")
             (original,) = messages(store, "Orders")
@@ -43,11 +48,11 @@ async def test_failed_message_returns_through_the_retry_topic(tmp_path: Path) ->
             code = await send_back(client, original.commit_log_offset, delay_level=1)
             assert code == ResponseCode.SUCCESS
             assert messages(store, "%RETRY%cg") == []  # level 1: one second later
-            for _ in range(300):  # bounded poll
+            for _ in range(3000):  # bounded poll, 1 ms steps (free on the mock clock)
                 if messages(store, "%RETRY%cg"):
                     break
-                await trio.sleep(0.01)
-            assert 0.9 <= trio.current_time() - start < 1.8
+                await trio.sleep(0.001)
+            assert trio.current_time() - start == pytest.approx(1.0, abs=2e-3)
             (retry,) = messages(store, "%RETRY%cg")
             assert retry.body == b"m1"
             assert retry.reconsume_times == 1

@@ -1,4 +1,5 @@
-"""Delayed and timer messages: the schedule (pure) and the timer service over TCP."""
+"""Delayed and timer messages: the schedule (pure), and the timer service in a broker over
+memory streams on trio's mock clock (exact delivery times, whatever the load)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from broker.deadlines import DeadlineLoop, DeadlineLoopStatistics
 from broker.schedule import (
@@ -24,7 +26,8 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.headers.send import SendMessageRequestHeader, send_header_to_v2_ext
 from protocol.message import MessageExt, decode_records
 from protocol.properties import encode_properties
-from tests.broker.client import BrokerClient, open_broker, open_client
+from tests.broker.client import BrokerClient
+from tests.broker.memory import MemoryBroker, open_memory_broker
 
 
 # ------------------------------------------------------------------ the schedule (pure)
@@ -103,24 +106,28 @@ def delivered(store: MessageStore, topic: str) -> list[MessageExt]:
     return decode_records(got.body) if got.status is GetStatus.FOUND else []
 
 
-async def test_timer_message_arrives_at_its_time_not_before(tmp_path: Path) -> None:
+async def wait_delivered(broker: MemoryBroker, topic: str, count: int) -> float:
+    """Trio time at which ``count`` messages of ``topic`` are readable (1 ms steps: the mock
+    clock makes them free; bounded at 10 virtual seconds)."""
+    for _ in range(10_000):
+        if len(delivered(broker.broker.store, topic)) >= count:
+            break
+        await trio.sleep(0.001)
+    return trio.current_time()
+
+
+async def test_timer_message_arrives_at_its_time_not_before(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(10):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
             start = trio.current_time()
             await send(client, "Later", b"t1", TIMER_DELAY_MS="400")
             await send(client, "Later", b"d1", DELAY="1")  # level 1: 1 s
             assert delivered(broker.broker.store, "Later") == []
-            for _ in range(300):  # bounded poll, 10 ms steps
-                if delivered(broker.broker.store, "Later"):
-                    break
-                await trio.sleep(0.01)
-            first = trio.current_time() - start
-            assert 0.35 <= first < 0.9  # ~400 ms, not at once, not seconds late
-            for _ in range(300):
-                if len(delivered(broker.broker.store, "Later")) == 2:
-                    break
-                await trio.sleep(0.01)
-            assert 0.95 <= trio.current_time() - start < 1.8
+            # Exactly at their times (the wall clock follows trio's; 1 ms steps).
+            assert await wait_delivered(broker, "Later", 1) - start == pytest.approx(0.4, abs=2e-3)
+            assert await wait_delivered(broker, "Later", 2) - start == pytest.approx(1.0, abs=2e-3)
             msgs = delivered(broker.broker.store, "Later")
             assert [m.body for m in msgs] == [b"t1", b"d1"]
             for m in msgs:
@@ -138,27 +145,24 @@ async def test_timer_message_arrives_at_its_time_not_before(tmp_path: Path) -> N
             )
 
 
-async def test_pending_timers_survive_a_restart_and_fire_once(tmp_path: Path) -> None:
+async def test_pending_timers_survive_a_restart_and_fire_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
     with trio.fail_after(15):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
+            start = trio.current_time()
             await send(client, "Later", b"early", TIMER_DELAY_MS="200")
             await send(client, "Later", b"after-restart", TIMER_DELAY_MS="1500")
-            for _ in range(200):
-                if delivered(broker.broker.store, "Later"):
-                    break
-                await trio.sleep(0.01)
+            await wait_delivered(broker, "Later", 1)
             assert [m.body for m in delivered(broker.broker.store, "Later")] == [b"early"]
-        # Stopped before the second fired; it must fire after the restart, once.
-        async with open_broker(tmp_path) as broker:
-            for _ in range(300):
-                if len(delivered(broker.broker.store, "Later")) >= 2:
-                    break
-                await trio.sleep(0.01)
-            await trio.sleep(0.3)  # a double fire would show up within this
+        # Stopped before the second fired; it must fire after the restart, at its time, once.
+        async with open_memory_broker(tmp_path) as broker:
+            assert await wait_delivered(broker, "Later", 2) - start == pytest.approx(1.5, abs=2e-3)
+            await trio.sleep(5)  # a double fire would show up within this
             bodies = [m.body for m in delivered(broker.broker.store, "Later")]
             assert bodies == [b"early", b"after-restart"]
-        async with open_broker(tmp_path) as broker:
-            await trio.sleep(0.3)
+        async with open_memory_broker(tmp_path) as broker:
+            await trio.sleep(5)
             assert len(delivered(broker.broker.store, "Later")) == 2  # nothing fired again
 
 
