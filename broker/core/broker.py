@@ -217,8 +217,10 @@ async def open_broker(
         timers=timers,
         metrics=metrics,
         sends=SendService(_send_policy(config), topics, storage, timers, clock),
-        pulls=PullService(store, topics, pull_hub, clients, shutting_down),
-        pops=CorePopService(pop, topics, clock, shutting_down),
+        pulls=PullService(
+            store, topics, pull_hub, clients, shutting_down, max_hold_ms=config.suspend_max_ms
+        ),
+        pops=CorePopService(pop, topics, clock, shutting_down, max_hold_ms=config.suspend_max_ms),
         offsets=OffsetService(store, topics, pop),
         admin=AdminService(
             identity,

@@ -154,12 +154,20 @@ class PopService:
     """Pop, ack and change over the :class:`PopEngine` (see the module docstring)."""
 
     def __init__(
-        self, engine: PopEngine, topics: TopicManager, clock: Clock, stopping: trio.Event
+        self,
+        engine: PopEngine,
+        topics: TopicManager,
+        clock: Clock,
+        stopping: trio.Event,
+        *,
+        max_hold_ms: int,
     ) -> None:
         self.engine = engine
         self.topics = topics
         self.clock = clock
         self.stopping = stopping
+        #: The longest a pop parks, whatever its poll time asks.
+        self.max_hold_ms = max_hold_ms
 
     # ------------------------------------------------------------------ pop
     def request(
@@ -203,10 +211,12 @@ class PopService:
             init_mode=init_mode,
         )
 
-    async def pop(self, req: PopRequest, *, hold_s: float) -> PopBatch:
-        """Pop up to ``req.max_nums`` messages, parking up to ``hold_s`` seconds (none once
-        the broker is stopping) until a matching message or a retry of this group arrives."""
+    async def pop(self, req: PopRequest, *, poll_ms: int) -> PopBatch:
+        """Pop up to ``req.max_nums`` messages, parking up to ``poll_ms`` (capped by
+        ``max_hold_ms``; none once the broker is stopping) until a matching message or a
+        retry of this group arrives."""
         engine = self.engine
+        hold_s = max(0, min(poll_ms, self.max_hold_ms)) / 1000
         result = engine.pop_nowait(req, self.clock.now_ms())
         if result.found or hold_s <= 0 or self.stopping.is_set():
             return self._batch(req, result)

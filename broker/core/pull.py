@@ -68,12 +68,16 @@ class PullService:
         hub: PullHub,
         clients: ClientRegistry,
         stopping: trio.Event,
+        *,
+        max_hold_ms: int,
     ) -> None:
         self.store = store
         self.topics = topics
         self.hub = hub
         self.clients = clients
         self.stopping = stopping
+        #: The longest a pull is held, whatever it asks (``brokerSuspendMaxTimeMillis``).
+        self.max_hold_ms = max_hold_ms
 
     def tags_of(self, req: PullRequest) -> frozenset[int] | None:
         """The pull's filter: its own expression when it carries one, else the one its group
@@ -89,10 +93,10 @@ class PullService:
             return None
         return tag_filter(sub.expression, sub.expression_type)
 
-    async def pull(self, req: PullRequest, *, hold_s: float) -> GetResult:
+    async def pull(self, req: PullRequest, *, hold_ms: int) -> GetResult:
         """Check, commit the piggy-backed offset, read, and hold a caught-up pull for up to
-        ``hold_s`` seconds (none once the broker is stopping) until a matching message
-        arrives.
+        ``hold_ms`` (capped by ``max_hold_ms``; none once the broker is stopping) until a
+        matching message arrives.
 
         Raises:
             BrokerError: ``TOPIC_NOT_EXIST``, ``NO_PERMISSION``, ``INVALID_PARAMETER`` or
@@ -105,6 +109,7 @@ class PullService:
             validate_group(req.group)
             self.store.offsets.commit(req.group, req.topic, req.queue_id, req.commit_offset)
         result = self._read(req, tags)
+        hold_s = max(0, min(hold_ms, self.max_hold_ms)) / 1000
         if hold_s <= 0 or self.stopping.is_set() or not caught_up(result.status, req.offset):
             return result
         # No lost wake-up: the read above and the registration inside PullHub.wait (it

@@ -43,8 +43,7 @@ def answer(cmd: RemotingCommand, batch: PopBatch) -> RemotingCommand:
 async def pop_message(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
-    """Pop messages, parking until a matching message (or a retry of this group) arrives.
-    The hold is the request's ``pollTime`` capped by ``suspend_max_ms``."""
+    """Pop messages, parking until a matching message (or a retry of this group) arrives."""
     header = PopMessageRequestHeader.from_ext(cmd.ext_fields)
     pops = ctx.broker.pops
     req = pops.request(
@@ -59,5 +58,4 @@ async def pop_message(
         attempt_id=header.attempt_id,
         init_mode=header.init_mode,
     )
-    hold_s = max(0, min(header.poll_time, ctx.broker.config.suspend_max_ms)) / 1000
-    return answer(cmd, await pops.pop(req, hold_s=hold_s))
+    return answer(cmd, await pops.pop(req, poll_ms=header.poll_time))

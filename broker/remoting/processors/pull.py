@@ -71,12 +71,10 @@ def pull_request(header: PullMessageRequestHeader) -> PullRequest:
     )
 
 
-def hold_seconds(ctx: BrokerContext, header: PullMessageRequestHeader) -> float:
-    """How long this pull may be held: its own ``suspendTimeoutMillis``, capped by the
-    broker's ``suspend_max_ms`` (RocketMQ ``brokerSuspendMaxTimeMillis``); 0 = do not hold."""
-    if not header.has_suspend:
-        return 0.0
-    return max(0, min(header.suspend_timeout_millis, ctx.broker.config.suspend_max_ms)) / 1000
+def hold_ms(header: PullMessageRequestHeader) -> int:
+    """How long this pull asks to be held: its ``suspendTimeoutMillis`` when it carries the
+    suspend flag, else 0 (the core caps it)."""
+    return header.suspend_timeout_millis if header.has_suspend else 0
 
 
 # LITE_PULL_MESSAGE (361) carries the same header and is served by the same processor class in
@@ -86,5 +84,5 @@ async def pull_message(
 ) -> RemotingCommand:
     """Serve one pull (see :meth:`broker.core.pull.PullService.pull`)."""
     header = PullMessageRequestHeader.from_ext(cmd.ext_fields)
-    result = await ctx.broker.pulls.pull(pull_request(header), hold_s=hold_seconds(ctx, header))
+    result = await ctx.broker.pulls.pull(pull_request(header), hold_ms=hold_ms(header))
     return answer(cmd, result, header.queue_offset)
