@@ -17,7 +17,7 @@ from broker.store.files import atomic_write, read_optional
 from protocol.bodies.broker import DataVersion, TopicConfig, TopicConfigSerializeWrapper
 from protocol.bodies.route import PERM_INHERIT, PERM_READ, PERM_WRITE, is_readable, is_writeable
 from protocol.errors import ProtocolError
-from protocol.naming import validate_topic
+from protocol.naming import DEFAULT_TOPIC, validate_topic
 
 # The topic table is kept in RocketMQ's own shapes (TopicConfig, the perm bits); core code
 # takes them from here, the one owner of topic state.
@@ -30,7 +30,6 @@ __all__ = [
     "is_writeable",
 ]
 
-DEFAULT_TOPIC = "TBW102"
 PERM_READ_WRITE = PERM_READ | PERM_WRITE
 
 

@@ -33,6 +33,7 @@ from protocol.headers.pop import (
 )
 from protocol.message import decode_records
 from protocol.receipt import (
+    MAX_POP_MESSAGES,
     ExtraInfo,
     RetryFlag,
     order_count_for,
@@ -42,7 +43,6 @@ from protocol.receipt import (
 )
 
 #: The broker's most messages per pop.
-MAX_POP_MESSAGES = 32
 #: Answers of a pop that mean "nothing for you now", not a failure.
 EMPTY_CODES = frozenset(
     {ResponseCode.NO_MESSAGE, ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND}

@@ -35,10 +35,10 @@ from protocol.command import RemotingCommand
 from protocol.errors import BrokerError, for_code
 from protocol.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
 from protocol.msgid import UniqKeyGenerator, ip_to_bytes
-from protocol.naming import validate_group
+from protocol.naming import DEFAULT_TOPIC, validate_group
 from protocol.properties import encode_properties, java_string_hash
 
-AUTO_CREATE_TOPIC = "TBW102"
+AUTO_CREATE_TOPIC = DEFAULT_TOPIC
 #: Broker answers after which another broker may succeed (``DefaultMQProducer``).
 RETRY_CODES = frozenset(
     {

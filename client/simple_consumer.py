@@ -20,7 +20,7 @@ from client.config import ClientConfig
 from client.errors import ClientClosedError, ClientError, NoRouteError
 from client.instance import ClientInstance, open_instance
 from client.message import ReceivedMessage
-from client.pop import MAX_POP_MESSAGES, PopSession, brokers_of
+from client.pop import PopSession, brokers_of
 from protocol.bodies.heartbeat import (
     ConsumeFromWhere,
     ConsumerData,
@@ -31,6 +31,7 @@ from protocol.bodies.heartbeat import (
 from protocol.errors import BrokerError
 from protocol.filters import SUB_ALL, split_tags
 from protocol.naming import validate_group, validate_topic
+from protocol.receipt import MAX_POP_MESSAGES
 
 _EMPTY_SWEEP_PAUSE = 0.05
 _log = structlog.get_logger("trimq.client")

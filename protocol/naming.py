@@ -57,9 +57,12 @@ NOT_ALLOWED_SEND_TOPICS = frozenset(
         "RMQ_SYS_TIMER_METRICS_SYNC",
     }
 )
+#: ``TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC``: the default topic a producer names when it
+#: sends to a topic no name server knows; a broker that allows it creates the topic from it.
+DEFAULT_TOPIC = "TBW102"
 #: ``TopicValidator.SYSTEM_TOPIC_SET``: the not-sendable ones plus those clients may send to.
 SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {
-    "TBW102",
+    DEFAULT_TOPIC,
     "BenchmarkTest",
     "RMQ_SYS_TRACE_TOPIC",
     "CHECKPOINT_TOPIC",

@@ -39,6 +39,8 @@ from protocol.naming import RETRY_PREFIX, is_pop_retry_topic_v2, pop_retry_topic
 
 #: ``KeyBuilder.POP_ORDER_REVIVE_QUEUE``: the revive queue id that marks an orderly pop.
 POP_ORDER_REVIVE_QUEUE = 999
+#: RocketMQ refuses pops of more than this many messages (broker and clients both check).
+MAX_POP_MESSAGES = 32
 
 _SEP = " "  # MessageConst.KEY_SEPARATOR
 _QUEUE_OFFSET_KEY = re.compile(r"qo(0|-?[1-9][0-9]*)%(0|-?[1-9][0-9]*)")

@@ -30,14 +30,14 @@ from broker.clock import Clock
 from broker.core.filters import check_readable, tag_filter
 from broker.metrics import EventKind
 from broker.pop.inflight import Lease, LeaseKey, Outcome
-from broker.pop.reader import MAX_POP_MESSAGES, REVIVE_QID, PopRequest, PopResult
+from broker.pop.reader import REVIVE_QID, PopRequest, PopResult
 from broker.pop.service import PopEngine
 from broker.topics import TopicManager
 from protocol.codes import ResponseCode
 from protocol.errors import BrokerError, ReceiptError
 from protocol.message import peek_record
 from protocol.naming import is_retry_topic, pop_retry_topic, validate_group
-from protocol.receipt import POP_ORDER_REVIVE_QUEUE, ExtraInfo, RetryFlag
+from protocol.receipt import MAX_POP_MESSAGES, POP_ORDER_REVIVE_QUEUE, ExtraInfo, RetryFlag
 
 #: A woken pop that found nothing parks again at most this many times (bounded loop).
 MAX_REPARKS = 10_000

@@ -37,8 +37,6 @@ from protocol.receipt import (
     StartOffset,
 )
 
-#: RocketMQ refuses pops of more than this many messages.
-MAX_POP_MESSAGES = 32
 #: Revive queue id put into non-orderly receipts (one logical revive queue here).
 REVIVE_QID = 0
 

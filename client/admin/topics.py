@@ -16,6 +16,7 @@ from protocol.headers.admin import (
     DeleteTopicRequestHeader,
     GetTopicStatsInfoRequestHeader,
 )
+from protocol.naming import DEFAULT_TOPIC
 
 #: mqadmin ``updateTopic`` defaults (``UpdateTopicSubCommand``).
 DEFAULT_QUEUE_NUMS = 8
@@ -92,7 +93,7 @@ async def update_topic(admin: Admin, args: argparse.Namespace) -> Result:
     )
     header = CreateTopicRequestHeader(
         topic=args.topic,
-        default_topic="TBW102",
+        default_topic=DEFAULT_TOPIC,
         read_queue_nums=config.read_queue_nums,
         write_queue_nums=config.write_queue_nums,
         perm=config.perm,

@@ -42,11 +42,12 @@ import structlog
 from client.errors import ClientError
 from client.instance import ClientInstance
 from client.message import ReceivedMessage
-from client.pop import MAX_POP_MESSAGES, PopSession, brokers_of
+from client.pop import PopSession, brokers_of
 from client.push import pull_api
 from client.push.runtime import Runtime
 from client.push.types import Outcome
 from protocol.errors import TrimqError
+from protocol.receipt import MAX_POP_MESSAGES
 
 _log = structlog.get_logger("trimq.client.push")
 #: Pause after a failed pop before the loop tries again (RocketMQ 5: 1 s on receive failure).
