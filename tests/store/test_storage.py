@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -73,67 +74,55 @@ async def test_async_mode_flushes_on_its_interval(tmp_path: Path) -> None:
             nursery.cancel_scope.cancel()
 
 
-def age(cfg: StoreConfig, store: MessageStore, count: int, old: float, now: float) -> None:
-    """The first ``count`` segments were last written at ``old``, the others at ``now`` (the
-    kernel stamps files with the real date, which the tests must not depend on)."""
-    for i, start in enumerate(store.log.segment_starts):
-        mtime = old if i < count else now
-        os.utime(cfg.commitlog_dir / f"{start:020d}", (mtime, mtime))
+#: Every retention test's "now": one fixed local instant at the deletion hour (04:05), so the
+#: tests mean the same on any date.
+BASE = time.mktime((2026, 11, 22, 4, 5, 0, 0, 0, -1))
+OLD = BASE - 100 * 3600
 
 
-def test_retention_runs_once_a_day_at_the_deletion_hour(tmp_path: Path) -> None:
-    # Every time here derives from one fixed local instant (the clock is injected, the disk
-    # probe says "empty"), so the test means the same on any date and any disk.
-    cfg = StoreConfig(tmp_path, segment_size=8192, cq_entries_per_file=16,
-                      disk_probe=lambda _: 0.0)  # fmt: skip
+def aged_store(path: Path, *, disk_used: float, **settings: Any) -> MessageStore:
+    """A store of 600 small messages over many segments: the first two last written at
+    :data:`OLD`, the others at :data:`BASE` (the kernel stamps files with the real date,
+    which the tests must not depend on); the disk probe reports ``disk_used``."""
+    cfg = StoreConfig(path, segment_size=8192, cq_entries_per_file=16,
+                      disk_probe=lambda _: disk_used, **settings)  # fmt: skip
     store = MessageStore.open(cfg)
     for i in range(600):
         store.put_nowait(MessageToStore("T", 0, b"m%d" % i))
     store.checkpoint()
-    base = time.mktime((2026, 11, 22, cfg.delete_when_hour, 5, 0, 0, 0, -1))
-    old = base - 100 * 3600
-    age(cfg, store, 2, old, base)
+    for n, start in enumerate(store.log.segment_starts):
+        mtime = OLD if n < 2 else BASE
+        os.utime(cfg.commitlog_dir / f"{start:020d}", (mtime, mtime))
+    return store
+
+
+def test_retention_runs_once_a_day_at_the_deletion_hour(tmp_path: Path) -> None:
+    store = aged_store(tmp_path, disk_used=0.0)
+    assert store.config.delete_when_hour == 4
     storage = Storage(store)
-    assert storage.retention_once(base - 3600) == 0  # not the hour, disk not full
-    assert storage.retention_once(base) == 2  # the deletion hour: expired segments go
-    for start in store.log.segment_starts[:1]:
-        os.utime(cfg.commitlog_dir / f"{start:020d}", (old, old))
-    assert storage.retention_once(base + 60) == 0  # already swept today
-    assert storage.retention_once(base + 24 * 3600) == 1  # the next day's hour
+    assert storage.retention_once(BASE - 3600) == 0  # not the hour, disk not full
+    assert storage.retention_once(BASE) == 2  # the deletion hour: expired segments go
+    first = store.log.segment_starts[0]
+    os.utime(store.config.commitlog_dir / f"{first:020d}", (OLD, OLD))
+    assert storage.retention_once(BASE + 60) == 0  # already swept today
+    assert storage.retention_once(BASE + 24 * 3600) == 1  # the next day's hour
     store.close()
 
 
 def test_retention_sweeps_at_once_when_the_disk_is_full(tmp_path: Path) -> None:
-    cfg = StoreConfig(tmp_path, segment_size=8192, cq_entries_per_file=16,
-                      disk_probe=lambda _: 0.9)  # fmt: skip
-    store = MessageStore.open(cfg)
-    for i in range(600):
-        store.put_nowait(MessageToStore("T", 0, b"m%d" % i))
-    store.checkpoint()
-    base = time.mktime((2026, 11, 22, cfg.delete_when_hour + 2, 0, 0, 0, 0, -1))
-    old = base - 100 * 3600
-    age(cfg, store, 2, old, base)
-    assert Storage(store).retention_once(base) == 2  # not the hour, but past 0.75 used
+    store = aged_store(tmp_path, disk_used=0.9)
+    # Two hours past the deletion hour, but the disk is past 0.75 used.
+    assert Storage(store).retention_once(BASE + 2 * 3600) == 2
     store.close()
 
 
 async def test_retention_loop_reads_the_injected_clock(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
-    base = time.mktime((2026, 11, 22, 4, 5, 0, 0, 0, -1))
-    clock = ManualClock(base * 1000)
-    cfg = StoreConfig(tmp_path, segment_size=8192, cq_entries_per_file=16,
-                      retention_check_interval_s=1.0, clock=clock,
-                      disk_probe=lambda _: 0.0)  # fmt: skip
-    store = MessageStore.open(cfg)
-    for i in range(600):
-        store.put_nowait(MessageToStore("T", 0, b"m%d" % i))
-    store.checkpoint()
-    old = base - 100 * 3600
+    clock = ManualClock(BASE * 1000)
+    store = aged_store(tmp_path, disk_used=0.0, retention_check_interval_s=1.0, clock=clock)
     starts = store.log.segment_starts[:2]
-    age(cfg, store, 2, old, base)
-    storage = Storage(store)
     with trio.move_on_after(1.5):  # autojump: one retention round at t = 1 s
-        await storage.run_retention()
+        await Storage(store).run_retention()
     assert store.log.min_offset == store.log.segment_starts[0] > starts[1]
     store.close()
