@@ -52,8 +52,14 @@ async def pop(
         exp_type="TAG" if exp else None, exp=exp, order=order, attempt_id=attempt_id,
     )  # fmt: skip
     reply = await client.call(RequestCode.POP_MESSAGE, header.to_ext(), timeout=timeout)
+    return reply, popped_of(reply, group)
+
+
+def popped_of(reply: RemotingCommand, group: str) -> list[Popped]:
+    """The messages of a POP_MESSAGE reply with the receipts a Java client rebuilds from its
+    header (empty unless SUCCESS)."""
     if reply.code != ResponseCode.SUCCESS:
-        return reply, []
+        return []
     head = PopMessageResponseHeader.from_ext(reply.ext_fields)
     starts = parse_start_offset_info(head.start_offset_info or "")
     out = []
@@ -64,7 +70,7 @@ async def pop(
             start_offsets=starts, broker_name=BROKER,
         )  # fmt: skip
         out.append(Popped(msg, receipt, receipt.real_topic(msg.topic, group)))
-    return reply, out
+    return out
 
 
 async def ack(client: BrokerClient, group: str, popped: Popped) -> RemotingCommand:
