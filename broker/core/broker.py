@@ -201,7 +201,7 @@ async def open_broker(
     except BaseException:
         store.close()
         raise
-    clients, shutting_down = ClientRegistry(topics), trio.Event()
+    clients, shutting_down = ClientRegistry(topics, v1_names), trio.Event()
     address, started_at = config.advertised(port), clock.now_s()
     identity = BrokerIdentity(config.cluster, config.broker_name, address)
     broker = Broker(

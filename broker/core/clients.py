@@ -22,7 +22,7 @@ from typing import Protocol
 
 from broker.core.offsets import OffsetReset
 from broker.topics import TopicManager
-from protocol.naming import retry_topic, validate_group
+from protocol.naming import V1RetryNames, retry_topic, validate_group
 
 
 class ClientChannel(Protocol):
@@ -124,8 +124,11 @@ class _Group:
 class ClientRegistry:
     """Who consumes and produces on this broker (see the module docstring)."""
 
-    def __init__(self, topics: TopicManager) -> None:
+    def __init__(self, topics: TopicManager, v1_names: V1RetryNames) -> None:
         self._topics = topics
+        #: The broker's one V1 retry-name table: a clustering group's ``%RETRY%group`` is
+        #: claimed there, so it can never also be a V1 pop retry topic (or the reverse).
+        self._v1_names = v1_names
         self._groups: dict[str, _Group] = {}
         #: Producer group → client id → channel.
         self._producers: dict[str, dict[str, ClientChannel]] = {}
@@ -146,9 +149,14 @@ class ClientRegistry:
         Raises:
             IllegalNameError: a consumer group name breaks RocketMQ's rules (nothing was
                 registered).
+            RetryNameCollisionError: a clustering group's retry topic is already the V1 pop
+                retry topic of a (group, topic) pair (nothing was registered).
         """
         for consumer in consumers:
             validate_group(consumer.group)
+        for consumer in consumers:
+            if consumer.message_model is MessageModel.CLUSTERING:
+                self._v1_names.reserve_classic(consumer.group)
         for producer_group in producer_groups:
             self._producers.setdefault(producer_group, {})[client_id] = channel
         joined: list[str] = []

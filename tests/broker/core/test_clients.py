@@ -17,7 +17,8 @@ from broker.core.clients import (
 )
 from broker.core.offsets import OffsetReset
 from broker.topics import TopicManager
-from protocol.errors import IllegalNameError
+from protocol.errors import IllegalNameError, RetryNameCollisionError
+from protocol.naming import V1RetryNames
 
 
 @dataclass(eq=False)
@@ -50,8 +51,13 @@ def topics(tmp_path: Path) -> TopicManager:
 
 
 @pytest.fixture
-def registry(topics: TopicManager) -> ClientRegistry:
-    return ClientRegistry(topics)
+def v1_names() -> V1RetryNames:
+    return V1RetryNames()
+
+
+@pytest.fixture
+def registry(topics: TopicManager, v1_names: V1RetryNames) -> ClientRegistry:
+    return ClientRegistry(topics, v1_names)
 
 
 def test_joining_tells_every_member_once_per_channel(registry: ClientRegistry) -> None:
@@ -124,6 +130,25 @@ def test_an_illegal_group_registers_nothing(registry: ClientRegistry) -> None:
     with pytest.raises(IllegalNameError):
         registry.heartbeat(FakeChannel(1), "c1", ["p"], [consumer("ok"), consumer("bad group")])
     assert registry.client_ids("ok") == [] and registry.producer_ids("p") == []
+
+
+def test_a_classic_retry_topic_that_is_a_v1_pop_retry_topic_is_refused(
+    registry: ClientRegistry, v1_names: V1RetryNames, topics: TopicManager
+) -> None:
+    # Group "G" pops topic "T_X" with V1 names: its retry topic is %RETRY%G_T_X, which is
+    # also the classic retry topic of a group named "G_T_X". Sharing it would mix them.
+    v1_names.register("G", "T_X")
+    with pytest.raises(RetryNameCollisionError, match="V1 retry topic"):
+        registry.heartbeat(FakeChannel(1), "c1", ["p"], [consumer("G_T_X")])
+    assert registry.client_ids("G_T_X") == [] and registry.producer_ids("p") == []
+    # The reverse: once the classic group holds the name, the V1 pair is refused.
+    registry.heartbeat(FakeChannel(1), "c1", [], [consumer("H_U")])
+    with pytest.raises(RetryNameCollisionError, match="classic retry topic"):
+        v1_names.register("H", "U")
+    # A broadcasting group has no retry topic: nothing to claim.
+    registry.heartbeat(
+        FakeChannel(1), "c1", [], [consumer("G_T_X", model=MessageModel.BROADCASTING)]
+    )
 
 
 def test_reset_notice_goes_to_each_channel_and_counts_the_queued(
