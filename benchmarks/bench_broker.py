@@ -22,7 +22,7 @@ that is not running is started here (installed with apt if missing) and stopped 
 ``.bench-peers/venv/bin/python``, created and given redis-py, hiredis and aio-pika if missing).
 
 Usage: python -m benchmarks.bench_broker [--runs 3] [--sizes 128,1024]
-    [--peers redis,rabbitmq | --no-peer]
+    [--peers redis,rabbitmq | --no-peer] [--broker-root OTHER_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -445,16 +445,21 @@ OURS: dict[str, Callable[[Params], Any]] = {
 # ---------------------------------------------------------------- processes
 @contextmanager
 def broker_subprocess(
-    data_dir: Path, log_path: Path, *args: str, segment_size: int = 256 * 1024 * 1024
+    data_dir: Path,
+    log_path: Path,
+    *args: str,
+    segment_size: int = 256 * 1024 * 1024,
+    root: Path | None = None,
 ) -> Iterator[tuple[int, int]]:
     """Run ``python -m broker --data-dir data_dir *args`` on 127.0.0.1 and a free port, its
     output in ``log_path``; yields (pid, port) once it logged "broker started"; stopped with
-    SIGTERM (by pid) on exit. The data dir is left for the caller."""
+    SIGTERM (by pid) on exit. The data dir is left for the caller. ``root``: run the broker
+    of another checkout (``--broker-root``: before/after comparisons with the same client)."""
     env = {**os.environ, "TRIMQ_SEGMENT_SIZE": str(segment_size)}
     argv = [sys.executable, "-m", "broker", "--host", "127.0.0.1", "--port", "0"]
     argv += ["--data-dir", str(data_dir), *args]
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=log)
+        proc = subprocess.Popen(argv, cwd=root or ROOT, env=env, stdout=log, stderr=log)
     try:
         port = 0
         deadline = time.monotonic() + 30
@@ -482,14 +487,14 @@ def broker_subprocess(
 
 
 @contextmanager
-def broker_process(verbose: bool) -> Iterator[tuple[int, int]]:
-    """Run ``python -m broker`` on 127.0.0.1 and a free port in a fresh data dir (removed at
-    the end); yields (pid, port)."""
+def broker_process(verbose: bool, root: Path | None = None) -> Iterator[tuple[int, int]]:
+    """Run ``python -m broker`` (of checkout ``root``, default this one) on 127.0.0.1 and a
+    free port in a fresh data dir (removed at the end); yields (pid, port)."""
     WORK_DIR.mkdir(exist_ok=True)
     data_dir = Path(tempfile.mkdtemp(prefix="broker-", dir=WORK_DIR))
     log_path = data_dir.parent / (data_dir.name + ".log")
     try:
-        with broker_subprocess(data_dir, log_path) as (pid, port):
+        with broker_subprocess(data_dir, log_path, root=root) as (pid, port):
             if verbose:
                 print(f"broker pid {pid} port {port} data {data_dir}", flush=True)
             yield pid, port
@@ -602,6 +607,12 @@ def main() -> None:
     ap.add_argument("--no-peer", action="store_true", help="same as --peers ''")
     ap.add_argument("--peer-python", type=Path, default=PEER_PYTHON)
     ap.add_argument("--out", default=None, help="JSON-lines file for every row")
+    ap.add_argument(
+        "--broker-root",
+        type=Path,
+        default=None,
+        help="run the broker of another checkout (a before/after comparison, same client)",
+    )
     args = ap.parse_args()
     workloads = [w for w in args.workloads.split(",") if w]
     peers = [] if args.no_peer else [n for n in args.peers.split(",") if n]
@@ -613,7 +624,7 @@ def main() -> None:
         ensure_peer_venv(args.peer_python, [m for n in peers for m in PEERS[n].modules])
 
     with ExitStack() as stack:
-        pid, port = stack.enter_context(broker_process(verbose=True))
+        pid, port = stack.enter_context(broker_process(verbose=True, root=args.broker_root))
         for name in peers:
             stack.enter_context(PEERS[name].server())
         for size in [int(s) for s in args.sizes.split(",") if s]:
