@@ -5,8 +5,8 @@
 2. ``kill -9`` under ``--flush sync`` loses no acknowledged message: concurrent producers are
    killed mid-flight at random moments, several times over the same data directory.
 3. ``kill -9`` under the default async mode: the store reopens by scanning from its last
-   checkpoint, serves only intact records with dense offsets, and keeps what was acknowledged
-   longer than a checkpoint + flush interval before the crash.
+   checkpoint, serves only intact records with dense offsets, and keeps what a checkpoint
+   covered before the crash.
 4. Timers across ``kill -9``: a delivered timer message is not delivered again (its copy is
    recognised by ``TIMER_SRC``), a pending one fires after the restart.
 
@@ -14,6 +14,13 @@ Every broker is a child process started here on 127.0.0.1, port 0; it is killed 
 (never by name) if it is still alive when a test ends, and every wait is bounded. Message
 bodies are derived from their ``UNIQ_KEY`` (:func:`body_for`), so each stored message can be
 checked byte for byte; records are also decoded with their CRCs verified.
+
+No test sleeps for "long enough" before a kill: it waits (bounded) for what the kill must not
+lose to be in the broker's files — the checkpoint covering a batch (:func:`checkpoint_of`), a
+record written out to its commit-log segment (:func:`on_disk`), timer progress in
+``config/schedule.json`` (:func:`progress_of`). A timer that must still be pending when its
+broker stops is given a delay far longer than the stop takes, and its copy must then come from
+the restarted broker: no assertion depends on how fast this machine is.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import random
 import shutil
 import signal
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,11 +40,15 @@ import pytest
 import trio
 
 from broker.config import BrokerConfig
-from broker.schedule import SCHEDULE_TOPIC, TIMER_QUEUE, TIMER_SRC
+from broker.schedule import SCHEDULE_TOPIC, TIMER_QUEUE, TIMER_SRC, Schedule, parse_src
 from broker.store.checkpoint import Checkpoint
+from broker.store.commitlog import segment_name
+from broker.store.files import read_optional
+from broker.store.record import check_record
 from broker.store.store import MessageStore
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
+from protocol.connection import LocalProtocolError
 from protocol.headers.offsets import (
     QueryConsumerOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
@@ -52,7 +63,7 @@ from protocol.headers.send import (
     SendMessageResponseHeader,
     send_header_to_v2_ext,
 )
-from protocol.message import MessageExt, decode_records
+from protocol.message import MessageExt, decode_record, decode_records
 from protocol.properties import UNIQ_KEY, encode_properties
 from tests.broker.client import TEST_SETTINGS, BrokerClient, ConnectionClosedError, open_client
 from tests.broker.test_process import STOP_TIMEOUT, BrokerProcess
@@ -66,6 +77,11 @@ GROUP = "restart_group"
 QUEUES = 4
 #: Where an acknowledged message was stored: (queue id, queue offset).
 Position = tuple[int, int]
+#: Commit-log segment size of every broker here (see TEST_SETTINGS).
+SEGMENT_SIZE = int(TEST_SETTINGS["segment_size"])
+#: Delay of a timer that must still be pending when its broker stops or is killed: the
+#: stop (bounded by STOP_TIMEOUT) or kill follows its send within tenths of a second.
+PENDING_MS = 3_000
 
 
 def now_ms() -> int:
@@ -221,6 +237,54 @@ async def wait_for_count(client: BrokerClient, topic: str, count: int) -> list[M
     return got
 
 
+# ---------------------------------------------------------------- the broker's files
+async def poll(check: Callable[[], bool]) -> None:
+    """Poll a condition on a running broker's files every 20 ms (callers bound the wait)."""
+    while not check():  # noqa: ASYNC110 (files another process writes)
+        await trio.sleep(0.02)
+
+
+def checkpoint_of(data_dir: Path) -> Checkpoint | None:
+    """The store's recovery checkpoint as it is on disk now (written atomically)."""
+    return Checkpoint.load(data_dir / "checkpoint")
+
+
+def on_disk(data_dir: Path, m: MessageExt) -> bool:
+    """Whether ``m``'s record is in its commit-log segment file: handed to the OS, it
+    survives a ``kill -9`` (flushed or not). Segments are preallocated with zeros, so an
+    unwritten record reads as no record."""
+    offset = m.commit_log_offset
+    start = offset - offset % SEGMENT_SIZE
+    path = data_dir / "commitlog" / segment_name(start)
+    try:
+        with path.open("rb") as f:
+            f.seek(offset - start)
+            data = f.read(SEGMENT_SIZE - (offset - start))
+    except FileNotFoundError:
+        return False
+    if check_record(data, 0, offset).reason != "ok":  # zeros, or not all of it yet
+        return False
+    stored, _ = decode_record(data)
+    here = (stored.commit_log_offset, stored.topic, stored.queue_id, stored.queue_offset)
+    return here == (offset, m.topic, m.queue_id, m.queue_offset)
+
+
+def progress_of(data_dir: Path) -> Schedule:
+    """The timer progress saved in ``config/schedule.json`` (written before each checkpoint)."""
+    schedule = Schedule()
+    data = read_optional(data_dir / "config" / "schedule.json")
+    if data is not None:
+        schedule.load(data)
+    return schedule
+
+
+def delivered_in(data_dir: Path, copy: MessageExt) -> bool:
+    """Whether the saved progress counts the scheduled record ``copy`` was made from."""
+    src = parse_src(copy.properties[TIMER_SRC])
+    assert src is not None, copy.properties
+    return progress_of(data_dir).delivered(*src)
+
+
 # ---------------------------------------------------------------- 1. graceful restart
 async def test_graceful_restart_keeps_messages_offsets_and_pending_timers(
     tmp_path: Path,
@@ -236,8 +300,7 @@ async def test_graceful_restart_keeps_messages_offsets_and_pending_timers(
             await send_ok(client, TIMERS, "early", TIMER_DELAY_MS="100")
             with trio.fail_after(3):
                 await wait_for_count(client, TIMERS, 1)
-            sent_ms = now_ms()
-            await send_ok(client, TIMERS, "timer-1500ms", TIMER_DELAY_MS="1500")
+            level_sent_ms = now_ms()
             await send_ok(client, TIMERS, "delay-level-1", DELAY="1")  # 1 s
             # Offsets: one by UPDATE_CONSUMER_OFFSET, one piggy-backed on a pull.
             update = UpdateConsumerOffsetRequestHeader(
@@ -249,34 +312,38 @@ async def test_graceful_restart_keeps_messages_offsets_and_pending_timers(
             assert reply.code == ResponseCode.SUCCESS, reply.remark
             assert await query_offset(client, TOPIC, 1) == 5
             assert [m.body for m in await pull_queue(client, TIMERS, 0)] == [body_for("early")]
+            # Sent last, just before the stop, with a delay far longer than a stop takes.
+            pending_sent_ms = now_ms()
+            await send_ok(client, TIMERS, "timer-pending", TIMER_DELAY_MS=str(PENDING_MS))
             await sigterm(broker)
-        first_port, stopped_ms = broker.port, now_ms()
+        first_port = broker.port
 
         async with broker_process(data_dir) as broker, open_client(broker.port) as client:
             check_acked(check_intact(await pull_topic(client, TOPIC)), acked)
             assert await query_offset(client, TOPIC, 0) == 7
             assert await query_offset(client, TOPIC, 1) == 5
-            with trio.fail_after(4):
+            with trio.fail_after(PENDING_MS / 1000 + 5):
                 await wait_for_count(client, TIMERS, 3)
             await trio.sleep(0.3)  # a double fire would show up within this
             timers = await pull_queue(client, TIMERS, 0)
             keys = [m.properties[UNIQ_KEY] for m in timers]
             assert keys[0] == "early"
-            assert sorted(keys[1:]) == ["delay-level-1", "timer-1500ms"]
+            assert sorted(keys[1:]) == ["delay-level-1", "timer-pending"]
             check_intact(timers)
-            due = {"delay-level-1": sent_ms + 1_000, "timer-1500ms": sent_ms + 1_500}
+            due = {"delay-level-1": level_sent_ms + 1_000,
+                   "timer-pending": pending_sent_ms + PENDING_MS}  # fmt: skip
             for m in timers:
                 assert m.properties[TIMER_SRC]
                 assert "REAL_TOPIC" not in m.properties
-                # Never before its time; and stored by the process that delivered it: the
-                # first for "early", the restarted one for those due after the first exited
-                # (all of them unless this machine took a second to stop a broker).
                 key = m.properties[UNIQ_KEY]
-                assert m.store_timestamp >= due.get(key, 0), key
-                if key == "early":
-                    assert m.store_host[1] == first_port
-                elif due[key] > stopped_ms:
-                    assert m.store_host[1] == broker.port, key
+                assert m.store_timestamp >= due.get(key, 0), key  # never before its time
+            # Stored by the process that delivered it: "early" by the first; the timer
+            # pending at the stop by the restarted one (the delay level, due 1 s after its
+            # send, by whichever ran at that moment).
+            host = {m.properties[UNIQ_KEY]: m.store_host[1] for m in timers}
+            assert host["early"] == first_port
+            assert host["timer-pending"] == broker.port
+            assert host["delay-level-1"] in (first_port, broker.port)
             await sigterm(broker)
 
 
@@ -313,6 +380,8 @@ async def produce_then_kill(
                 produced.acked[key] = (answer.queue_id, answer.queue_offset)
         except (ConnectionClosedError, trio.BrokenResourceError, trio.ClosedResourceError):
             return  # the broker was killed
+        except LocalProtocolError:
+            return  # killed between a reply and the next send: the connection is closed
 
     async def sender(sid: int) -> None:
         try:
@@ -369,15 +438,23 @@ async def test_kill9_under_flush_async_recovers_from_the_last_checkpoint(tmp_pat
                 for i in range(64):
                     key = f"early-{i}"
                     early[key] = await send_ok(client, TOPIC, key, queue_id=i % QUEUES)
-                # Past the checkpoint interval (1 s) + the flush interval (0.5 s): the early
-                # batch is in a checkpoint. Then ~4.5 MiB more, so that some of it is written
-                # out (a put writes out past 4 MiB unwritten) after that checkpoint.
-                await trio.sleep(1.7)
+
+                # A checkpoint covers the early batch (every queue's durable size does).
+                def early_checkpointed() -> bool:
+                    cp = checkpoint_of(data_dir)
+                    return cp is not None and all(
+                        cp.queue_sizes.get((TOPIC, q), 0) >= 64 // QUEUES for q in range(QUEUES)
+                    )
+
+                with trio.fail_after(10):
+                    await poll(early_checkpointed)
+                # Then ~4.5 MiB more, so that some of it is written out (a put writes out
+                # past 4 MiB unwritten) after that checkpoint.
                 for i in range(48):
                     for key in (f"late-{i}", f"late-{i}{BIG_SUFFIX}"):
                         late[key] = await send_ok(client, TOPIC, key, queue_id=i % QUEUES)
             await kill9(broker)
-        cp = Checkpoint.load(data_dir / "checkpoint")
+        cp = checkpoint_of(data_dir)
         assert cp is not None
         assert not cp.clean
 
@@ -422,38 +499,46 @@ async def test_kill9_under_flush_async_recovers_from_the_last_checkpoint(tmp_pat
         # No checkpoint before the kill: only TIMER_SRC in the log says what was delivered.
         ("sync", {"checkpoint_interval_s": 60}, False),
         # A checkpoint (with config/schedule.json) after the delivery, then the kill.
-        ("async", {}, True),
+        ("async", {"checkpoint_interval_s": 0.25}, True),
     ],
 )
 async def test_timers_across_kill9_neither_refire_nor_get_lost(
     tmp_path: Path, flush: str, settings: dict[str, object], progress_saved: bool
 ) -> None:
     data_dir = tmp_path / "data"
-    # Due well after the restart (the async run waits 1.7 s before its kill).
-    delay_ms = 2_000 if flush == "sync" else 3_500
-    with trio.fail_after(20):
+    with trio.fail_after(25):
         async with broker_process(data_dir, flush=flush, **settings) as broker:
             async with open_client(broker.port) as client:
                 await send_ok(client, TIMERS, "fired-before-kill", TIMER_DELAY_MS="100")
                 sent_ms = now_ms()
-                await send_ok(client, TIMERS, "pending-at-kill", TIMER_DELAY_MS=str(delay_ms))
-                with trio.fail_after(3):
-                    await wait_for_count(client, TIMERS, 1)  # sync: durable once visible
+                await send_ok(client, TIMERS, "pending-at-kill", TIMER_DELAY_MS=str(PENDING_MS))
+                with trio.fail_after(5):
+                    # sync: durable once visible, as the acknowledged scheduled records are
+                    (copy,) = await wait_for_count(client, TIMERS, 1)
                 if progress_saved:
-                    await trio.sleep(1.7)  # past a checkpoint and a flush
+                    # async: both scheduled records and the copy written out, and the
+                    # delivery in config/schedule.json (so, by a checkpoint after it).
+                    kept = [copy, *await pull_queue(client, SCHEDULE_TOPIC, TIMER_QUEUE)]
+
+                    def saved() -> bool:
+                        written = all(on_disk(data_dir, m) for m in kept)
+                        return written and delivered_in(data_dir, copy)
+
+                    with trio.fail_after(10):
+                        await poll(saved)
             await kill9(broker)
         assert (data_dir / "config" / "schedule.json").exists() == progress_saved
         first_port = broker.port
-        assert now_ms() < sent_ms + delay_ms  # it was pending at the kill
 
         async with broker_process(data_dir, flush=flush, **settings) as broker:
             async with open_client(broker.port) as client:
+                # Right after the restart: the delivered one is not delivered again; the
+                # pending one is delivered at most once (not before its time: see below).
                 got = await pull_queue(client, TIMERS, 0)
-                if now_ms() < sent_ms + delay_ms:  # (as it is unless the restart took seconds)
-                    assert [m.properties[UNIQ_KEY] for m in got] == ["fired-before-kill"]
-                assert got[0].properties[UNIQ_KEY] == "fired-before-kill"
+                keys = [m.properties[UNIQ_KEY] for m in got]
+                assert keys in (["fired-before-kill"], ["fired-before-kill", "pending-at-kill"])
                 assert got[0].store_host[1] == first_port
-                with trio.fail_after(delay_ms / 1000 + 3):
+                with trio.fail_after(PENDING_MS / 1000 + 5):
                     await wait_for_count(client, TIMERS, 2)
                 await trio.sleep(0.3)  # a double fire would show up within this
                 got = await pull_queue(client, TIMERS, 0)
@@ -463,11 +548,15 @@ async def test_timers_across_kill9_neither_refire_nor_get_lost(
                 ]
                 check_intact(got)
                 fired = got[1]
-                assert fired.store_host[1] == broker.port  # fired by the restarted broker
-                assert fired.store_timestamp >= sent_ms + delay_ms
+                # It was pending at the kill: fired by the restarted broker, on time.
+                assert fired.store_host[1] == broker.port
+                assert fired.store_timestamp >= sent_ms + PENDING_MS
                 # Both scheduled records are still there; only their copies were added.
                 assert len(await pull_queue(client, SCHEDULE_TOPIC, TIMER_QUEUE)) == 2
-            await trio.sleep(0.6 if flush == "async" else 0)  # async: let the copy be written
+            # The copy written out (sync: it was durable before it was visible); after the
+            # kill, its TIMER_SRC or the saved progress must say it was delivered.
+            with trio.fail_after(10):
+                await poll(lambda: on_disk(data_dir, fired))
             await kill9(broker)
 
         # A second crash, after the restart's delivery: nothing fires again.
