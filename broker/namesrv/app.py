@@ -13,6 +13,7 @@ told it, and brokers register with all of them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import trio
@@ -73,10 +74,13 @@ async def scan_expired(ctx: NamesrvContext) -> None:
 async def serve_namesrv(
     config: NamesrvConfig,
     *,
+    clock: Callable[[], float] = trio.current_time,
     task_status: trio.TaskStatus[NamesrvHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run a name server until cancelled or stopped."""
-    ctx = NamesrvContext(config, RouteTable(expire_s=config.broker_expire_s), load_kv(config))
+    """Run a name server until cancelled or stopped; ``clock`` (seconds) judges broker
+    registrations and their expiry (see :attr:`NamesrvContext.clock`)."""
+    routes = RouteTable(expire_s=config.broker_expire_s)
+    ctx = NamesrvContext(config, routes, load_kv(config), clock=clock)
     listeners = await trio.open_tcp_listeners(config.port, host=config.host)
     port = listeners[0].socket.getsockname()[1]
     address = f"{config.host}:{port}"

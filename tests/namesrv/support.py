@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import trio
@@ -17,11 +18,14 @@ from tests.broker.client import BrokerClient, open_client
 
 
 @asynccontextmanager
-async def open_namesrv(port: int = 0, **settings: Any) -> AsyncIterator[NamesrvHandle]:
-    """Run a name server on 127.0.0.1 (any free port by default); stopped on exit."""
+async def open_namesrv(
+    port: int = 0, *, clock: Callable[[], float] = trio.current_time, **settings: Any
+) -> AsyncIterator[NamesrvHandle]:
+    """Run a name server on 127.0.0.1 (any free port by default) whose registrations and
+    expiry run on ``clock``; stopped on exit."""
     config = NamesrvConfig(host="127.0.0.1", port=port, **settings)
     async with trio.open_nursery() as nursery:
-        handle: NamesrvHandle = await nursery.start(serve_namesrv, config)
+        handle: NamesrvHandle = await nursery.start(partial(serve_namesrv, config, clock=clock))
         try:
             yield handle
         finally:
