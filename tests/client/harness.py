@@ -59,6 +59,13 @@ class _ServerThread(Generic[H]):
         assert self.handle is not None
         return self.handle.port
 
+    def call(self, fn: Callable[[H], T]) -> T:
+        """``fn(handle)`` run on the server's own trio thread, where its state may be read
+        safely (``handle.statistics()``, say). Blocks: call it from a thread that runs no
+        trio, e.g. through ``anyio.to_thread.run_sync`` in a scenario."""
+        assert self.handle is not None and self._token is not None
+        return trio.from_thread.run_sync(fn, self.handle, trio_token=self._token)
+
     def start(self) -> Self:
         """Start and wait until the server accepts connections."""
         self._thread.start()

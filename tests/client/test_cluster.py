@@ -8,6 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from broker.app import BrokerHandle
 from client.config import ClientConfig
 from client.errors import ClientError
 from client.instance import open_instance
@@ -39,6 +40,20 @@ async def create_everywhere(config: ClientConfig, brokers: list[BrokerThread]) -
                 if len({q.broker_name for q in route.write_queues}) >= len(brokers):
                     break
                 await anyio.sleep(0.1)
+
+
+def _registrations(handle: BrokerHandle) -> int:
+    assert handle.registrar is not None
+    return sum(handle.registrar.registered.values())
+
+
+def wait_registered(broker: BrokerThread) -> None:
+    """Block until ``broker`` has registered with its name server (polled, at most 10 s)."""
+    for _ in range(200):  # bounded: 10 s
+        if broker.call(_registrations):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{broker.address} did not register with its name server")
 
 
 async def _failover(
@@ -89,7 +104,7 @@ def test_producer_fails_over_and_nothing_acknowledged_is_lost(tmp_path: Path, ba
             tmp_path / "broker-a", broker_name="broker-a", namesrv_addr=namesrv.address,
             register_interval_s=1.0, port=port,
         ).start()  # fmt: skip
-        time.sleep(1.5)  # registered again
+        wait_registered(brokers[0])  # in broker-a's route again, from the restarted one
         seen = run(backend, _drain, config, len(receipts))
         assert {r.message_id for r in receipts} <= seen
 

@@ -7,6 +7,7 @@ import time
 import anyio
 import pytest
 
+from broker.app import BrokerHandle, BrokerHandleStatistics
 from client.config import ClientConfig
 from client.message import Message, ReceivedMessage
 from client.pop import receipt_of
@@ -28,29 +29,36 @@ async def receive_n(
     return got
 
 
-async def _delays(config: ClientConfig) -> tuple[float, float]:
+async def _delays(config: ClientConfig) -> tuple[int, int]:
+    """How long after its send each delayed message became visible, and how late after its
+    delivery time the timed one did, in broker milliseconds: a scheduled message becomes
+    visible when its copy is stored, so the copy's store timestamp is that moment."""
     async with SimpleConsumer(
         config, group="dg", subscription={"DT": "*"}, consume_from="first"
     ) as consumer:
         async with Producer(config) as producer:
-            t0 = time.time()
             await producer.send(Message("DT", b"level1", delay_level=1))  # 1 s
-            await producer.send(Message("DT", b"at", delivery_timestamp=t0 + 1.5))
-            assert await consumer.receive(32, 30, await_duration=0) == []
-        got = await receive_n(consumer, 2, 10)
-        arrived = {m.body: time.time() - t0 for m in got}
+            at = time.time() + 1.5
+            await producer.send(Message("DT", b"at", delivery_timestamp=at))
+        got = await receive_n(consumer, 2, 15)
+        copies = {m.body: m.record for m in got}
         for m in got:
             await consumer.ack(m)
-        return arrived[b"level1"], arrived[b"at"]
+    level1 = copies[b"level1"]
+    # The copy keeps the original's born timestamp (the producer's clock, this machine's).
+    return level1.store_timestamp - level1.born_timestamp, (
+        copies[b"at"].store_timestamp - int(at * 1000)
+    )
 
 
 def test_delay_level_and_delivery_time(
     broker: BrokerThread, config: ClientConfig, backend: str
 ) -> None:
-    """A delay-level-1 message arrives after ~1 s, a timed one at its delivery time."""
-    level1, at = run(backend, _delays, config)
-    assert 0.9 <= level1 < 4.0
-    assert 1.4 <= at < 4.5
+    """A delay-level-1 message becomes visible 1 s after its send, a timed one at its
+    delivery time: never before (exact), and long before the next delay level (5 s)."""
+    level1, late = run(backend, _delays, config)
+    assert 1_000 <= level1 < 5_000
+    assert 0 <= late < 3_500
 
 
 async def _redelivery(config: ClientConfig) -> None:
@@ -83,21 +91,27 @@ def test_redelivery_and_change_invisible(
     run(backend, _redelivery, config)
 
 
-async def _ack_many(config: ClientConfig) -> None:
+async def _ack_many(config: ClientConfig, broker: BrokerThread) -> None:
     async with SimpleConsumer(
         config, group="bg", subscription={"BT": "*"}, consume_from="first"
     ) as consumer:
         async with Producer(config) as producer:
             for i in range(40):  # round-robin: several queues
                 await producer.send(Message("BT", str(i).encode()))
-        got = await receive_n(consumer, 40, 10, invisible=2)
-        assert len(got) == 40
+        # Invisible far longer than receiving takes: every receipt is still current.
+        got = await receive_n(consumer, 40, 15, invisible=60)
+        assert sorted(int(m.body) for m in got) == list(range(40))
+        assert len({m.queue for m in got}) > 1
         await consumer.ack_many(got)
-        # Acked: nothing comes back after the invisible time.
-        await anyio.sleep(2.5)
-        assert await consumer.receive(32, 30, await_duration=0.5) == []
+        # Acked, every one: no lease is left to bring a message back at its invisible time.
+        pop = (await anyio.to_thread.run_sync(broker.call, _statistics)).core.pop
+        assert (pop.acked, pop.in_flight, pop.revived) == (40, 0, 0)
+
+
+def _statistics(handle: BrokerHandle) -> BrokerHandleStatistics:
+    return handle.statistics()
 
 
 def test_ack_many(broker: BrokerThread, config: ClientConfig, backend: str) -> None:
     """One batch ack per broker acknowledges messages from several queues."""
-    run(backend, _ack_many, config)
+    run(backend, _ack_many, config, broker)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from broker.app import BrokerHandle
 from client.config import ClientConfig
 from client.errors import ConnectionLostError, RequestTimeoutError
 from client.instance import ClientInstance, open_instance
@@ -60,14 +61,16 @@ async def _lost(config: ClientConfig, broker: BrokerThread) -> float:
         parked_at = 0.0
         error: ConnectionLostError | None = None
 
-        async def kill_soon() -> None:
+        async def kill_once_parked() -> None:
             nonlocal parked_at
-            await anyio.sleep(0.3)
+            with anyio.fail_after(10):
+                while not await anyio.to_thread.run_sync(broker.call, _parked):  # noqa: ASYNC110 (state on the broker thread)
+                    await anyio.sleep(0.02)
             parked_at = anyio.current_time()
             await anyio.to_thread.run_sync(broker.kill)
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(kill_soon)
+            tg.start_soon(kill_once_parked)
             try:
                 await instance.remoting.invoke(
                     broker.address, long_pull(instance, "FL", 20_000), 30
@@ -76,6 +79,10 @@ async def _lost(config: ClientConfig, broker: BrokerThread) -> float:
                 error = exc
         assert error is not None
         return anyio.current_time() - parked_at
+
+
+def _parked(handle: BrokerHandle) -> int:
+    return handle.statistics().core.pull_hub.parked
 
 
 def test_connection_lost_fails_pending_at_once(

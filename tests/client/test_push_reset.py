@@ -9,6 +9,8 @@ import anyio
 import pytest
 
 from client.admin import main as admin_main
+from client.admin.consumer import group_stats
+from client.admin.session import open_admin
 from client.config import ClientConfig
 from client.message import Message, ReceivedMessage
 from client.producer import Producer
@@ -23,6 +25,22 @@ async def wait_for(predicate: Callable[[], bool], within: float = 20.0) -> None:
     with anyio.fail_after(within):
         while not predicate():  # noqa: ASYNC110 (a plain condition, no event to wait on)
             await anyio.sleep(0.05)
+
+
+async def wait_committed(
+    config: ClientConfig, group: str, topic: str, total: int, within: float = 20.0
+) -> None:
+    """Poll the broker (every 50 ms, at most ``within`` seconds) until ``group`` has
+    committed the end of every queue of ``topic`` and those hold ``total`` messages."""
+    async with open_admin(config) as admin:
+        with anyio.fail_after(within):
+            while True:
+                offsets = (await group_stats(admin, group, topic)).values()
+                if sum(o.broker_offset for o in offsets) == total and all(
+                    o.consumer_offset == o.broker_offset for o in offsets
+                ):
+                    return
+                await anyio.sleep(0.05)
 
 
 async def _reset(config: ClientConfig, address: str) -> list[bytes]:
@@ -44,7 +62,9 @@ async def _reset(config: ClientConfig, address: str) -> list[bytes]:
             for i in range(8):
                 await producer.send(Message("RS", f"r{i}".encode()))
         await wait_for(lambda: len(seen) >= 9)
-        await anyio.sleep(0.6)  # committed
+        # The reset is not forced: it moves back only offsets committed past its point, so
+        # all 9 must be committed first (the consumer persists every 0.2 s).
+        await wait_committed(config, "rsg", "RS", 9)
         argv = ["-n", address, "resetOffsetByTime", "-g", "rsg", "-t", "RS", "-s", str(start_ms)]
         assert await anyio.to_thread.run_sync(admin_main, argv) == 0
         await wait_for(lambda: len(seen) >= 17)

@@ -3,7 +3,7 @@ listener runner's per-message deadline (trio's autojump clock: no real waiting).
 
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
 import structlog
@@ -189,15 +189,22 @@ async def test_runner_concurrency_bound(autojump_clock: trio.testing.MockClock) 
 
 
 async def test_runner_sync_listener_in_thread() -> None:
-    """A sync listener runs in a worker thread; one past its deadline is abandoned."""
+    """A sync listener runs in a worker thread; one past its deadline is abandoned: the
+    call returns TIMEOUT while the thread is still blocked (it is released only after)."""
+    release = threading.Event()
 
     def listener(m: ReceivedMessage) -> ConsumeResult:
         if m.body == b"slow":
-            time.sleep(0.5)
+            release.wait(30)
         return ConsumeResult.SUCCESS
 
     runtime = Runtime(listener, PushOptions(consume_timeout=0.2))
-    assert await runtime.consume(_msg(0, b"ok")) is Outcome.SUCCESS
-    start = trio.current_time()
-    assert await runtime.consume(_msg(1, b"slow")) is Outcome.TIMEOUT
-    assert trio.current_time() - start < 0.45
+    try:
+        assert await runtime.consume(_msg(0, b"ok")) is Outcome.SUCCESS
+        start = trio.current_time()
+        with trio.fail_after(10):  # not abandoned: it would wait the thread's 30 s
+            assert await runtime.consume(_msg(1, b"slow")) is Outcome.TIMEOUT
+        assert trio.current_time() - start >= 0.2  # not before its deadline
+        assert not release.is_set()
+    finally:
+        release.set()
