@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from pathlib import Path
 
 import anyio
@@ -10,7 +11,7 @@ import pytest
 
 from broker.app import BrokerHandle
 from client.config import ClientConfig
-from client.errors import ClientError
+from client.errors import ClientError, NoRouteError
 from client.instance import open_instance
 from client.message import Message, ReceivedMessage, SendReceipt
 from client.producer import Producer
@@ -34,11 +35,14 @@ async def create_everywhere(config: ClientConfig, brokers: list[BrokerThread]) -
         for b in brokers:
             cmd = instance.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext())
             await instance.call(b.address, cmd)
+        # The brokers re-register on the change; until the name server has heard of it,
+        # the topic has no route at all (NoRouteError) or lacks a broker.
         with anyio.fail_after(10):
             while True:
-                route = await instance.route(TOPIC, refresh=True)
-                if len({q.broker_name for q in route.write_queues}) >= len(brokers):
-                    break
+                with suppress(NoRouteError):
+                    route = await instance.route(TOPIC, refresh=True)
+                    if len({q.broker_name for q in route.write_queues}) >= len(brokers):
+                        break
                 await anyio.sleep(0.1)
 
 
