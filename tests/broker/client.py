@@ -31,6 +31,7 @@ from protocol.command import RemotingCommand, request
 from protocol.connection import (
     NEED_DATA,
     Closed,
+    LocalProtocolError,
     Malformed,
     RemotingConnection,
     Request,
@@ -92,7 +93,10 @@ class BrokerClient:
         """Send ``cmd`` and wait for its reply. The opaque is a fresh one unless ``opaque``
         is given (``cmd.opaque`` is ignored)."""
         if opaque is None:
-            opaque, data = self.protocol.send_request(cmd)
+            try:
+                opaque, data = self.protocol.send_request(cmd)
+            except LocalProtocolError as exc:  # the broker already closed the connection
+                raise ConnectionClosedError(f"connection closed: {exc}") from exc
             await self.send_raw(data)
         else:
             await self.send(dataclasses.replace(cmd, opaque=opaque))

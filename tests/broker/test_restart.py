@@ -48,7 +48,6 @@ from broker.store.record import check_record
 from broker.store.store import MessageStore
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
-from protocol.connection import LocalProtocolError
 from protocol.headers.offsets import (
     QueryConsumerOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
@@ -381,9 +380,7 @@ async def produce_then_kill(
                 answer = SendMessageResponseHeader.from_ext(reply.ext_fields)
                 produced.acked[key] = (answer.queue_id, answer.queue_offset)
         except (ConnectionClosedError, trio.BrokenResourceError, trio.ClosedResourceError):
-            return  # the broker was killed
-        except LocalProtocolError:
-            return  # killed between a reply and the next send: the connection is closed
+            return  # the broker was killed (maybe between a reply and the next send)
 
     async def sender(sid: int) -> None:
         try:

@@ -164,6 +164,9 @@ def test_consume_timeout_at_its_own_deadline(
     at a periodic scan's next round (seed 003) — and the message is redelivered; in pull
     mode the committed offset moves past it."""
     fired, committed = run(backend, _consume_timeout, config, mode)
-    assert 0.95 <= fired < 1.5
+    # Not early; and well before anything periodic (RocketMQ's cleanExpireMsg runs every
+    # 15 min) or the 5 s invisible time. The upper bound has room for a loaded machine's
+    # thread and poll delays: what it separates is seconds from minutes.
+    assert 0.95 <= fired < 4.0
     if mode == "pull":
         assert committed == 1
