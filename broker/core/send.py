@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from broker.clock import Clock
 from broker.schedule import DELAY_PROPERTIES, SCHEDULE_TOPIC, delivery_time
@@ -66,9 +67,10 @@ class SendPolicy:
     max_message_size: int
 
 
-@dataclass(frozen=True, slots=True)
-class SendRequest:
-    """One message as a producer sends it (whatever the front end)."""
+class SendRequest(NamedTuple):
+    """One message as a producer sends it (whatever the front end). A named tuple, not a
+    frozen dataclass: one is built per message on the hot path, and a frozen dataclass's
+    ``__init__`` costs microseconds (measured in ``benchmarks/bench_broker.py``)."""
 
     topic: str
     body: bytes
@@ -104,10 +106,9 @@ class BatchSendRequest:
     default_topic_queue_nums: int = 4
 
 
-@dataclass(frozen=True, slots=True)
-class SendOutcome:
+class SendOutcome(NamedTuple):
     """Where a message went: the put's result, and the queue it was stored in (for a
-    delayed message, the queue it will be delivered to)."""
+    delayed message, the queue it will be delivered to). A named tuple: one per message."""
 
     result: PutResult
     topic: str
