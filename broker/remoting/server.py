@@ -26,7 +26,7 @@ scope.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, NoReturn, Protocol, TypeVar
@@ -91,14 +91,17 @@ class BoundRegistry(Generic[Ctx]):
         self.ctx = ctx
         self.sync = sync
         self._on_close = on_close
+        # Asked once per request: a set lookup, not two calls through the registry.
+        self._waiting = frozenset(registry.parking | (registry.storing if sync else set()))
 
-    async def dispatch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
-        """Run the handler of ``cmd.code`` (errors become error replies)."""
-        return await self.registry.dispatch(self.ctx, conn, cmd)
+    def dispatch(self, conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand | None]:
+        """Run the handler of ``cmd.code`` (errors become error replies). Returns the
+        registry's coroutine itself: no coroutine frame of its own per request."""
+        return self.registry.dispatch(self.ctx, conn, cmd)
 
     def may_wait(self, code: int) -> bool:
         """Parking codes, and storing codes in SYNC mode."""
-        return self.registry.may_wait(code, sync=self.sync)
+        return code in self._waiting
 
     def connection_closed(self, conn: Connection) -> None:
         """Pass the news on to ``on_close``."""
