@@ -58,7 +58,7 @@ ListenerT = TypeVar("ListenerT", bound=trio.abc.Listener[Any])
 class Dispatcher(Protocol):
     """What a Remoting server runs its requests with."""
 
-    async def dispatch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+    def dispatch(self, conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand | None]:
         """Run ``cmd`` and return its reply (None: no reply, for oneway requests)."""
 
     def may_wait(self, code: int) -> bool:
