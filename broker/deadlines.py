@@ -20,12 +20,6 @@ import trio
 from broker.clock import SYSTEM_CLOCK, Clock
 
 
-def now_ms() -> int:
-    """The system wall clock in epoch milliseconds (deadlines are epoch ms: they survive
-    restarts). Components take a :class:`~broker.clock.Clock`; this is their default."""
-    return SYSTEM_CLOCK.now_ms()
-
-
 class TrioWallClock(Clock):
     """A wall clock that advances with trio's clock: epoch ``origin_ms`` at trio time 0.
 

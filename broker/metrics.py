@@ -25,6 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from broker.clock import SYSTEM_CLOCK
 from broker.logs import get_logger
 
 if TYPE_CHECKING:
@@ -141,10 +142,6 @@ class MetricsStatistics:
     observer_errors: int
 
 
-def _wall_ms() -> float:
-    return time.time_ns() / 1e6
-
-
 def _constant(value: str) -> Callable[[], str]:
     return lambda: value
 
@@ -164,7 +161,7 @@ class MetricsWriter:
         *,
         broker: str,
         wake_mode: Callable[[], str] | str,
-        clock_ms: Callable[[], float] = _wall_ms,
+        clock_ms: Callable[[], float] = SYSTEM_CLOCK.now_ms_f,
         max_buffer: int = 100_000,
         max_file_bytes: int = 64 * 1024 * 1024,
         max_total_bytes: int = 1024 * 1024 * 1024,

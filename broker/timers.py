@@ -12,13 +12,13 @@ double-fires a scheduled message.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import trio
 
+from broker.clock import SYSTEM_CLOCK
 from broker.logs import get_logger
 from broker.schedule import (
     SCHEDULE_TOPIC,
@@ -41,10 +41,6 @@ from protocol.properties import CRC32, REAL_QID, REAL_TOPIC, TIMER_OUT_MS
 _log = get_logger("timers")
 RETRY_DELAY_MS = 1_000
 SCHEDULE_QUEUES = TIMER_QUEUE + 1
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +66,7 @@ class TimerService:
         topics: TopicManager,
         path: Path,
         *,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = SYSTEM_CLOCK.now_ms,
         poke: Callable[[], None] = lambda: None,
     ) -> None:
         self.storage = storage

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import trio
 
-from broker.deadlines import now_ms
+from broker.clock import SYSTEM_CLOCK
 from broker.logs import get_logger
 from broker.metrics import EventKind, MetricsWriter
 from broker.pop.hub import PopHub
@@ -63,7 +63,7 @@ class ReviveService:
         max_reconsume: Callable[[str], int],
         metrics: MetricsWriter | None = None,
         poke: Callable[[], None] = lambda: None,
-        clock_ms: Callable[[], int] = now_ms,
+        clock_ms: Callable[[], int] = SYSTEM_CLOCK.now_ms,
     ) -> None:
         self.clock_ms = clock_ms
         self.storage = storage
