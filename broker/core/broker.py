@@ -202,6 +202,7 @@ async def open_broker(
         store.close()
         raise
     clients, shutting_down = ClientRegistry(topics, v1_names), trio.Event()
+    offsets = OffsetService(store, topics, pop)
     address, started_at = config.advertised(port), clock.now_s()
     identity = BrokerIdentity(config.cluster, config.broker_name, address)
     broker = Broker(
@@ -218,10 +219,16 @@ async def open_broker(
         metrics=metrics,
         sends=SendService(_send_policy(config), topics, storage, timers, clock),
         pulls=PullService(
-            store, topics, pull_hub, clients, shutting_down, max_hold_ms=config.suspend_max_ms
+            store,
+            topics,
+            pull_hub,
+            clients,
+            offsets,
+            shutting_down,
+            max_hold_ms=config.suspend_max_ms,
         ),
         pops=CorePopService(pop, topics, clock, shutting_down, max_hold_ms=config.suspend_max_ms),
-        offsets=OffsetService(store, topics, pop),
+        offsets=offsets,
         admin=AdminService(
             identity,
             store,

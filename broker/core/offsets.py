@@ -117,7 +117,7 @@ class OffsetService:
             IllegalNameError: ``group`` is not a legal group name (it could not be persisted).
         """
         self.check_queue(topic, queue_id)
-        self._commit(group, topic, queue_id, offset)
+        self.commit_checked(group, topic, queue_id, offset)
 
     def check_queue(self, topic: str, queue_id: int) -> None:
         """Raise unless ``topic`` exists here and ``queue_id`` is one of its queues (read or
@@ -138,7 +138,13 @@ class OffsetService:
                 code=ResponseCode.INVALID_PARAMETER,
             )
 
-    def _commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+    def commit_checked(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """:meth:`commit` for a queue the caller has already checked (a pull piggy-backing
+        its commit; a reset of the topic's own queues): negative offsets ignored.
+
+        Raises:
+            IllegalNameError: ``group`` is not a legal group name.
+        """
         validate_group(group)
         if offset >= 0:
             self._store.offsets.commit(group, topic, queue_id, offset)
@@ -201,7 +207,7 @@ class OffsetService:
         table: dict[int, int] = {}
         for queue_id in _reset_queues(request, config):
             target = self._reset_target(request, queue_id)
-            self._commit(request.group, request.topic, queue_id, target)
+            self.commit_checked(request.group, request.topic, queue_id, target)
             self._pop.reset_cursor(request.group, request.topic, queue_id, target)
             table[queue_id] = target
         return table

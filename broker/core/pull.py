@@ -17,11 +17,11 @@ import trio
 
 from broker.core.clients import ClientRegistry
 from broker.core.filters import check_readable, tag_filter
+from broker.core.offsets import OffsetService
 from broker.longpoll import PullHub
 from broker.store.api import GetResult, GetStatus
 from broker.store.store import MessageStore
 from broker.topics import TopicManager
-from protocol.naming import validate_group
 
 #: Messages one pull returns at most (RocketMQ ``maxTransferCountOnMessageInMemory``).
 MAX_PULL_MESSAGES = 32
@@ -67,6 +67,7 @@ class PullService:
         topics: TopicManager,
         hub: PullHub,
         clients: ClientRegistry,
+        offsets: OffsetService,
         stopping: trio.Event,
         *,
         max_hold_ms: int,
@@ -75,6 +76,7 @@ class PullService:
         self.topics = topics
         self.hub = hub
         self.clients = clients
+        self.offsets = offsets
         self.stopping = stopping
         #: The longest a pull is held, whatever it asks (``brokerSuspendMaxTimeMillis``).
         self.max_hold_ms = max_hold_ms
@@ -106,8 +108,7 @@ class PullService:
         check_readable(self.topics, req.topic, req.queue_id, req.group)
         tags = self.tags_of(req)
         if req.commit_offset is not None:
-            validate_group(req.group)
-            self.store.offsets.commit(req.group, req.topic, req.queue_id, req.commit_offset)
+            self.offsets.commit_checked(req.group, req.topic, req.queue_id, req.commit_offset)
         result = self._read(req, tags)
         hold_s = max(0, min(hold_ms, self.max_hold_ms)) / 1000
         if hold_s <= 0 or self.stopping.is_set() or not caught_up(result.status, req.offset):
