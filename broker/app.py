@@ -21,11 +21,9 @@ from broker.logs import get_logger
 from broker.prometheus import open_prometheus
 from broker.registration import Registrar
 from broker.remoting.context import BrokerContext
-from broker.remoting.processors import build_registry
+from broker.remoting.processors import broker_dispatcher
 from broker.remoting.server import (
-    BoundRegistry,
     ServerLimits,
-    ServerState,
     ServerStatistics,
     serve_remoting,
 )
@@ -85,11 +83,8 @@ async def serve_broker(
     stop, stopped = trio.Event(), trio.Event()
     try:
         async with open_broker(config, port=port, clock=clock, disk_probe=disk_probe) as broker:
-            server = ServerState()
-            ctx = BrokerContext(broker, server)
-            dispatcher = BoundRegistry(
-                build_registry(), ctx, sync=config.flush == "sync", on_close=ctx.connection_closed
-            )
+            dispatcher = broker_dispatcher(broker)
+            ctx, server = dispatcher.ctx, dispatcher.ctx.server
             prometheus = open_prometheus(config.host, config.prometheus_port, broker.metrics)
             async with prometheus as prometheus_port, trio.open_nursery() as front:
                 await front.start(

@@ -27,8 +27,8 @@ from broker.core.broker import Broker, open_broker
 from broker.deadlines import TrioWallClock
 from broker.offload import run_inline
 from broker.remoting.context import BrokerContext
-from broker.remoting.processors import build_registry
-from broker.remoting.server import BoundRegistry, ServerLimits, ServerState, handle_stream
+from broker.remoting.processors import broker_dispatcher
+from broker.remoting.server import BoundRegistry, ServerLimits, handle_stream
 from tests.broker.client import TEST_SETTINGS, BrokerClient, attach_client
 
 #: Epoch ms at trio time 0 (2027-01-15): any fixed instant will do; none is "today".
@@ -78,10 +78,8 @@ async def open_memory_broker(data_dir: Path, **settings: Any) -> AsyncIterator[M
     async with open_broker(
         config, port=PORT, clock=clock, disk_probe=lambda _: 0.0, offload=run_inline
     ) as broker:
-        ctx = BrokerContext(broker, ServerState())
-        dispatcher = BoundRegistry(
-            build_registry(), ctx, sync=config.flush == "sync", on_close=ctx.connection_closed
-        )
+        dispatcher = broker_dispatcher(broker)
+        ctx = dispatcher.ctx
         async with trio.open_nursery() as nursery:
             yield MemoryBroker(broker, ctx, dispatcher, ServerLimits.of(config), nursery)
             # The stop path of serve_broker: answer parked requests, then drop connections.

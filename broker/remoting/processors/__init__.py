@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from broker.core.broker import Broker
 from broker.remoting.context import BrokerContext
 from broker.remoting.dispatch import Handler, Registry
 from broker.remoting.processors import (
@@ -22,6 +23,7 @@ from broker.remoting.processors import (
     send,
     sendback,
 )
+from broker.remoting.server import BoundRegistry, ServerState
 from protocol.codes import RequestCode
 
 
@@ -93,3 +95,16 @@ def build_registry() -> Registry[BrokerContext]:
     for entry in TABLE:
         registry.register(entry.codes, entry.handler, parks=entry.parks, stores=entry.stores)
     return registry
+
+
+def broker_dispatcher(broker: Broker) -> BoundRegistry[BrokerContext]:
+    """The broker's Remoting front end: its processors bound to a new context (the broker
+    and a fresh :class:`ServerState`, ``dispatcher.ctx.server``); a closing connection
+    leaves its consumer groups. SYNC flush mode lets storing requests wait in a task."""
+    ctx = BrokerContext(broker, ServerState())
+    return BoundRegistry(
+        build_registry(),
+        ctx,
+        sync=broker.config.flush == "sync",
+        on_close=ctx.connection_closed,
+    )
