@@ -301,6 +301,24 @@ class InflightTable:
         lease.retry_at = at_ms
         self._push(lease)
 
+    def forget_topics(self, topics: frozenset[str]) -> None:
+        """Drop every lease read from or redelivering a message of ``topics``, and their
+        cursors and orderly locks (the topics were deleted). Not journaled: there is no op
+        for it, so the caller makes it durable with a snapshot (see
+        :meth:`broker.pop.service.PopEngine.forget_topics`). Dropped leases' deadline-heap
+        entries go stale and are skipped, as an acked lease's are."""
+        stale = [
+            key
+            for key, lease in self.leases.items()
+            if lease.topic in topics or lease.origin_topic in topics
+        ]
+        for key in stale:
+            del self.leases[key]
+        for ref in [ref for ref in self.cursors if ref[1] in topics]:
+            del self.cursors[ref]
+        for ref in [ref for ref in self.locks if ref[1] in topics]:
+            del self.locks[ref]
+
     # ------------------------------------------------------------------ replay
     def apply(self, op: Sequence[Any]) -> None:
         """Replay one journaled op (no ``on_op`` call)."""

@@ -220,18 +220,7 @@ class PopEngine:
             OSError: the journal cannot rotate (the drop has happened in memory).
         """
         gone = frozenset(topics)
-        table = self.table
-        stale = [
-            key
-            for key, lease in table.leases.items()
-            if lease.topic in gone or lease.origin_topic in gone
-        ]
-        for key in stale:  # their deadline-heap entries go stale and are skipped
-            del table.leases[key]
-        for ref in [ref for ref in table.cursors if ref[1] in gone]:
-            del table.cursors[ref]
-        for ref in [ref for ref in table.locks if ref[1] in gone]:
-            del table.locks[ref]
+        self.table.forget_topics(gone)
         for name in gone:
             owner = self.v1_names.owner(name)
             if owner is not None:
