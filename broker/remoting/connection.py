@@ -54,7 +54,6 @@ class Connection:
     on_idle: Callable[[], None] = _nothing
     write_lock: trio.StrictFIFOLock = field(default_factory=trio.StrictFIFOLock)
     id: int = field(default_factory=lambda: next(_ids))
-    client_ids: set[str] = field(default_factory=set)
     closed: bool = False
     #: Frames queued or being written, not yet handed to the socket.
     unsent: int = 0
