@@ -108,8 +108,7 @@ async def serve_broker(
                 # let requests in flight finish (bounded), then close the connections.
                 if registrar is not None:
                     await registrar.stop()
-                broker.shutting_down.set()
-                broker.wake_parked()
+                broker.stop_parking()
                 with trio.move_on_after(DRAIN_SECONDS):
                     await server.wait_drained()
                 front.cancel_scope.cancel()

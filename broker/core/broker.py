@@ -106,8 +106,10 @@ class Broker:
             clients=self.clients.statistics(),
         )
 
-    def wake_parked(self) -> None:
-        """Answer every parked pull and pop now (they see ``shutting_down`` and return)."""
+    def stop_parking(self) -> None:
+        """The stop begins: set ``shutting_down`` and answer every parked pull and pop now
+        (they see it and return; no request parks any more)."""
+        self.shutting_down.set()
         self.pull_hub.wake_all()
         self.pop.hub.wake_all()
 
@@ -259,8 +261,7 @@ async def open_broker(
                     try:
                         yield broker
                     finally:
-                        broker.shutting_down.set()
-                        broker.wake_parked()
+                        broker.stop_parking()
                         services.cancel_scope.cancel()
             finally:
                 storage_nursery.cancel_scope.cancel()

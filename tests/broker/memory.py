@@ -83,6 +83,5 @@ async def open_memory_broker(data_dir: Path, **settings: Any) -> AsyncIterator[M
         async with trio.open_nursery() as nursery:
             yield MemoryBroker(broker, ctx, dispatcher, ServerLimits.of(config), nursery)
             # The stop path of serve_broker: answer parked requests, then drop connections.
-            broker.shutting_down.set()
-            broker.wake_parked()
+            broker.stop_parking()
             nursery.cancel_scope.cancel()
