@@ -63,6 +63,13 @@ class BrokerConfig:
     register_interval_s: float = 30.0
     #: Bound on one registration with one name server (RocketMQ registerBrokerTimeoutMills).
     register_timeout_s: float = 6.0
+    #: The gRPC front end's port on ``host`` (the proxy's 8081; 0 = any free port, logged as
+    #: ``grpc_port``; None, ``off`` on the command line = no gRPC front end).
+    grpc_port: int | None = 8081
+    #: PEM certificate and unencrypted key for TLS on the gRPC port; without them a
+    #: self-signed certificate is made at start-up, as the proxy's TLS test mode does.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
 
     def __post_init__(self) -> None:
         if self.wake_mode not in WAKE_MODES:
@@ -76,8 +83,12 @@ class BrokerConfig:
         for name in ("register_interval_s", "register_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
-        if self.prometheus_port is not None and not 0 <= self.prometheus_port <= 65535:
-            raise ConfigError(f"prometheus_port {self.prometheus_port} is outside 0..65535")
+        for name in ("prometheus_port", "grpc_port"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 65535:
+                raise ConfigError(f"{name} {value} is outside 0..65535")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_cert and tls_key go together")
         self.namesrv_addrs()
 
     def namesrv_addrs(self) -> list[str]:
@@ -131,6 +142,8 @@ def _convert(name: str, kind: Any, raw: object) -> object:
     if raw is None:
         return None
     text = str(raw)
+    if kind == "int | None" and text.lower() == "off":
+        return None
     try:
         if kind in (int, "int", "int | None"):
             return int(text)
@@ -230,6 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="bound on one registration with one name server (default 6)",
     )
     p.add_argument("--prometheus-port", type=int, help="serve /metrics here (0 = any free port)")
+    p.add_argument(
+        "--grpc-port",
+        help="RocketMQ 5 gRPC API port on --host (default 8081, 0 = any free port, off = none)",
+    )
+    p.add_argument("--tls-cert", help="PEM certificate for TLS on the gRPC port")
+    p.add_argument("--tls-key", help="PEM key (unencrypted) of --tls-cert")
     p.add_argument("--config", help="broker.toml with the same settings")
     return p
 

@@ -242,7 +242,11 @@ async def open_broker(
             sync_flush=config.flush == "sync",
             offload=offload,
         ),
-        routes=RouteService(topics, identity),
+        routes=RouteService(
+            topics,
+            identity,
+            auto_create_queue_nums=config.default_queue_nums if config.auto_create_topic else None,
+        ),
         shutting_down=shutting_down,
         started_at=started_at,
     )

@@ -4,10 +4,14 @@ Theory of operation: the reader (``broker.remoting.server``) turns bytes into re
 the connection's :class:`~protocol.connection.RemotingConnection` and runs them, a request
 that may wait in a task of its own, so a parked long poll never holds up the requests behind
 it. Replies are encoded by that same protocol object (on the request's opaque, in its
-serialize type) and written straight to the socket when nothing else is waiting to be
-written; otherwise they go through a bounded channel to one writer task, which sends
-whatever has queued up in one ``send_all`` (fewer syscalls under load). When the channel is
-full, handlers wait: a slow reader slows only its own connection (back-pressure).
+serialize type). The replies of the requests the reader runs itself are held (:meth:`hold`)
+until the burst of requests that one ``receive_some`` brought is done, then written in one
+``send_all`` (:meth:`flush`): no scheduling round and no syscall per request, and a reader
+blocked in that write is the back-pressure on a client that stops reading. A request that
+runs in a task of its own writes its reply straight to the socket when nothing else is
+waiting to be written; otherwise it goes through a bounded channel to one writer task, which
+sends whatever has queued up in one ``send_all``; when the channel is full, such handlers
+wait: a slow reader slows only its own connection.
 
 :attr:`Connection.unsent` counts the frames handed over and not yet written, whichever way
 they go, so "every reply has left" is one comparison and the server hears (``on_idle``) the
@@ -57,6 +61,8 @@ class Connection:
     closed: bool = False
     #: Frames queued or being written, not yet handed to the socket.
     unsent: int = 0
+    #: Replies held by the reader for its next :meth:`flush`.
+    held: list[bytes] = field(default_factory=list)
 
     @property
     def max_frame_size(self) -> int:
@@ -68,16 +74,36 @@ class Connection:
         """Nothing is waiting to be written."""
         return self.unsent == 0
 
-    async def send_response(
-        self, request: RemotingCommand, reply: RemotingCommand, *, direct: bool = True
-    ) -> None:
-        """Send ``reply`` to ``request``: straight to the socket when ``direct`` and nothing
-        else is unsent (one scheduling round less per request), else through the writer's
-        queue (which batches a burst of replies into one write; waits while the queue is
-        full: back-pressure)."""
+    async def send_response(self, request: RemotingCommand, reply: RemotingCommand) -> None:
+        """Send ``reply`` to ``request``: straight to the socket when nothing else is unsent
+        (one scheduling round less), else through the writer's queue (which batches a burst
+        of replies into one write; waits while the queue is full: back-pressure)."""
         if self.closed:
             return
-        await self._write(encode_reply(self.protocol, request, reply), direct=direct)
+        await self._write(encode_reply(self.protocol, request, reply))
+
+    def hold(self, data: bytes) -> None:
+        """Keep an encoded frame for the reader's next :meth:`flush` (counted as unsent)."""
+        self.held.append(data)
+        self.unsent += 1
+
+    async def flush(self) -> None:
+        """Write the held frames in one ``send_all`` (after anything already being written:
+        the write lock is FIFO).
+
+        Raises:
+            trio.BrokenResourceError, trio.ClosedResourceError: the peer went away.
+        """
+        held = self.held
+        if not held:
+            return
+        self.held = []
+        try:
+            if self.stream is not None and not self.closed:
+                async with self.write_lock:
+                    await self.stream.send_all(held[0] if len(held) == 1 else b"".join(held))
+        finally:
+            self.written(len(held))
 
     def notify_nowait(self, cmd: RemotingCommand) -> bool:
         """Queue a broker-initiated oneway request (its opaque from :meth:`next_opaque`)
@@ -114,14 +140,14 @@ class Connection:
         if not self.unsent:
             self.on_idle()
 
-    async def _write(self, data: bytes, *, direct: bool) -> None:
+    async def _write(self, data: bytes) -> None:
         self.unsent += 1
         queued = False
         try:
             # unsent == 1: only this frame, so neither the writer nor another request is
             # writing (both hold unsent frames while they do); the lock still orders us
             # before anything queued while our send_all blocks.
-            if direct and self.unsent == 1 and self.stream is not None:
+            if self.unsent == 1 and self.stream is not None:
                 async with self.write_lock:
                     await self.stream.send_all(data)
             else:

@@ -12,7 +12,8 @@ server runs is a :class:`Dispatcher`: the broker and the name server each pass t
 
 A request that may wait (a long poll, a send waiting for its fsync in SYNC mode) gets a task
 of its own, so it never holds up the requests behind it; every other request runs right here
-in the reader, because a task per request costs more than most requests do.
+in the reader, because a task per request costs more than most requests do, and the replies
+of one burst of such requests (what one ``receive_some`` brought) leave in one write.
 
 Malformed input never crashes anything: a bad header in a well-delimited frame, or an
 oversize frame whose header could be read, is answered with an error on its opaque and the
@@ -34,7 +35,7 @@ from typing import Any, Generic, NoReturn, Protocol, TypeVar
 import trio
 
 from broker.logs import get_logger
-from broker.remoting.connection import Connection, run_writer
+from broker.remoting.connection import Connection, encode_reply, run_writer
 from broker.remoting.dispatch import Registry
 from protocol.command import RemotingCommand
 from protocol.connection import (
@@ -50,6 +51,8 @@ from protocol.frame import DEFAULT_MAX_FRAME_SIZE
 
 _log = get_logger("server")
 RECEIVE_SIZE = 65536
+#: Replies the reader holds at most before it writes them (bounds a burst's memory).
+_MAX_HELD = 16
 Ctx = TypeVar("Ctx")
 ListenerT = TypeVar("ListenerT", bound=trio.abc.Listener[Any])
 
@@ -292,7 +295,9 @@ async def _read_requests(
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
         conn.protocol.receive_data(data)
-        if not await _run_requests(dispatcher, state, conn, nursery):
+        more = await _run_requests(dispatcher, state, conn, nursery)
+        await conn.flush()  # the burst's replies, before a close too
+        if not more:
             return
 
 
@@ -315,32 +320,41 @@ async def _run_requests(
             if dispatcher.may_wait(cmd.code):
                 nursery.start_soon(_run_request, dispatcher, state, conn, cmd)
             else:
-                # The last request of a burst writes its reply itself; earlier ones queue
-                # theirs so that the writer sends the burst's replies in one write.
-                await _run_request(dispatcher, state, conn, cmd, direct=protocol.buffered < 8)
+                await _run_inline(dispatcher, state, conn, cmd)
+                if len(conn.held) >= _MAX_HELD:
+                    await conn.flush()
         elif isinstance(event, Malformed):
             state.malformed += 1
             answer = protocol.answer_malformed(event)
             if answer is not None:
-                conn.write_nowait(answer)
+                conn.hold(answer)
         elif isinstance(event, Closed):
             return False
         # Responses: answers to our oneway notifications, nothing to do.
 
 
-async def _run_request(
-    dispatcher: Dispatcher,
-    state: ServerState,
-    conn: Connection,
-    cmd: RemotingCommand,
-    *,
-    direct: bool = True,
+async def _run_inline(
+    dispatcher: Dispatcher, state: ServerState, conn: Connection, cmd: RemotingCommand
 ) -> None:
+    """Run a request in the reader; its reply is held for the burst's write."""
+    state.request_started()
+    try:
+        reply = await dispatcher.dispatch(conn, cmd)
+        if reply is not None and not cmd.is_oneway and not conn.closed:
+            conn.hold(encode_reply(conn.protocol, cmd, reply))
+    finally:
+        state.request_finished()
+
+
+async def _run_request(
+    dispatcher: Dispatcher, state: ServerState, conn: Connection, cmd: RemotingCommand
+) -> None:
+    """Run a request in a task of its own; it writes its reply itself."""
     state.request_started()
     try:
         reply = await dispatcher.dispatch(conn, cmd)
         if reply is not None and not cmd.is_oneway:
-            await conn.send_response(cmd, reply, direct=direct)
+            await conn.send_response(cmd, reply)
     finally:
         # Only once the reply is handed over: a graceful stop waits for in_flight == 0 and
         # then for the writers to drain.

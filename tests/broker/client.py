@@ -224,8 +224,13 @@ def open_client(port: int, host: str = "127.0.0.1") -> AbstractAsyncContextManag
     return open_client_of(BrokerClient, port, host)
 
 
-#: Commit-log segments are preallocated: tests use small ones (the default is 1 GiB).
-TEST_SETTINGS: Mapping[str, Any] = {"segment_size": 1 << 20, "max_message_size": 256 * 1024}
+#: Commit-log segments are preallocated: tests use small ones (the default is 1 GiB). The
+#: gRPC front end takes any free port (its default, 8081, would clash between test brokers).
+TEST_SETTINGS: Mapping[str, Any] = {
+    "segment_size": 1 << 20,
+    "max_message_size": 256 * 1024,
+    "grpc_port": 0,
+}
 
 
 @asynccontextmanager

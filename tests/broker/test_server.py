@@ -132,13 +132,28 @@ async def assert_usable(client: BrokerClient) -> None:
 
 
 # ---------------------------------------------------------------- routes
-async def test_route_of_unknown_topic_is_topic_not_exist(tmp_path: Path) -> None:
+async def test_route_of_unknown_topic_is_topic_not_exist_with_auto_create_off(
+    tmp_path: Path,
+) -> None:
     with trio.fail_after(TIMEOUT):
-        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        async with (
+            open_broker(tmp_path, auto_create_topic=False) as broker,
+            open_client(broker.port) as client,
+        ):
             reply = await client.request(route_request("NoSuchTopic"))
             assert reply.code == ResponseCode.TOPIC_NOT_EXIST
             assert reply.flag & FLAG_RESPONSE
             assert "NoSuchTopic" in (reply.remark or "")
+
+
+async def test_route_of_a_topic_a_send_will_create(tmp_path: Path) -> None:
+    """Auto-create on: the route it will have (ali-ons never falls back to TBW102)."""
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            route = await get_route(client, "NotYetSent")
+            (queues,) = route.queue_datas
+            assert queues.write_queue_nums == queues.read_queue_nums == 4
+            assert broker.broker.topics.get("NotYetSent") is None
 
 
 async def test_default_topic_route_points_at_this_broker(tmp_path: Path) -> None:

@@ -204,4 +204,15 @@ async def test_route_of_a_held_topic(tmp_path: Path) -> None:
             perm=PERM_READ_WRITE,
             topic_sys_flag=0,
         )
+        # Not created yet: the route a first send will create (auto-create is on) ...
+        planned = broker.routes.route("NotYet")
+        assert planned is not None and planned.write_queue_nums == 4
+        assert broker.topics.get("NotYet") is None  # ... and asking created nothing
+        # No route for names no producer may write or that are illegal.
+        for name in ("%DLQ%g", "%RETRY%g", "bad topic"):
+            assert broker.routes.route(name) is None, name
+
+
+async def test_no_route_for_an_unknown_topic_with_auto_create_off(tmp_path: Path) -> None:
+    async with core_broker(tmp_path, auto_create_topic=False) as broker:
         assert broker.routes.route("Nope") is None
