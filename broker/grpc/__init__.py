@@ -1,1 +1,4 @@
-"""The RocketMQ 5 gRPC front end (``apache.rocketmq.v2.MessagingService``) on trio: docs/design.md §11."""
+"""The RocketMQ 5 gRPC front end (``apache.rocketmq.v2.MessagingService``) on trio.
+
+See docs/design.md §11.
+"""

@@ -1,1 +1,4 @@
-"""gRPC over HTTP/2, sans-IO: the v2 message schema, gRPC message framing and statuses (docs/design.md §11)."""
+"""gRPC over HTTP/2, sans-IO: the v2 message schema, message framing and statuses.
+
+See docs/design.md §11.
+"""
