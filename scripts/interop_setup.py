@@ -17,6 +17,11 @@ Clients (see :data:`CLIENTS`):
 ``cpp-2.1``
     ``rocketmq-python-cvs==2.1.0.3`` from PyPI: an sdist carrying a prebuilt
     ``librocketmq.so`` (client-cpp 2.1, needs the system ``libz.so.1``). Its own venv.
+``py-grpc``
+    ``rocketmq-python-client==5.1.2`` from PyPI: the official RocketMQ 5 gRPC client (pure
+    Python on ``grpcio`` and ``protobuf``). Its own venv: it is also a ``rocketmq`` package.
+    Importing it starts its logging under ``~``, so run it with ``HOME`` set to a scratch
+    directory (the smoke test below does).
 
 Outcomes, as exceptions from :func:`ensure` and exit codes of the command:
 :class:`RegistryUnreachable` (75) when the installer failed with a network error,
@@ -30,11 +35,12 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +87,12 @@ CLIENTS: dict[str, ClientSpec] = {
         ClientSpec("cpp-1.x", "pip", ("rocketmq==0.4.4",), smoke="import rocketmq.client"),
         ClientSpec(
             "cpp-2.1", "pip", ("rocketmq-python-cvs==2.1.0.3",), smoke="import rocketmq.client"
+        ),
+        ClientSpec(
+            "py-grpc",
+            "pip",
+            ("rocketmq-python-client==5.1.2",),
+            smoke="import rocketmq.grpc_protocol.definition_pb2",
         ),
     )
 }
@@ -149,12 +161,13 @@ def _env(spec: ClientSpec, path: Path, *, cached: bool) -> ClientEnv:
     return ClientEnv(spec.name, path, None, path / "node_modules", cached)
 
 
-def _run(argv: Sequence[str], cwd: Path, what: str) -> str:
+def _run(argv: Sequence[str], cwd: Path, what: str, env: Mapping[str, str] | None = None) -> str:
     """Run one installer command (bounded); classify a failure by its output."""
     try:
         proc = subprocess.run(
             list(argv),
             cwd=cwd,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -197,8 +210,11 @@ def _install(spec: ClientSpec, path: Path) -> None:
     _run([python, "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
           "--retries", "1", "--timeout", "30", *spec.packages], path, what)  # fmt: skip
     if spec.smoke:
+        # A scratch HOME: some clients log under ~ as soon as they are imported.
+        home = path / "smoke-home"
+        home.mkdir(exist_ok=True)
         try:
-            _run([python, "-c", spec.smoke], path, what)
+            _run([python, "-c", spec.smoke], path, what, {**os.environ, "HOME": str(home)})
         except SetupError as exc:
             raise ClientUnusable(
                 f"{spec.name} installed but does not load here ({spec.smoke!r} failed)",
