@@ -452,5 +452,7 @@ async def test_produce_filter_retry_restart(
 
 
 def test_client_table_matches_setup_script() -> None:
-    """Every client the setup script knows is driven here (and the other way round)."""
-    assert {c.name for c in (ALI_ONS, CPP_1X, CPP_21)} == set(CLIENTS)
+    """Every Remoting client the setup script knows is driven here (and the other way round);
+    the RocketMQ 5 gRPC clients have tests of their own (``test_grpc_*``)."""
+    remoting = {name for name in CLIENTS if not name.endswith("-grpc")}
+    assert {c.name for c in (ALI_ONS, CPP_1X, CPP_21)} == remoting
