@@ -9,7 +9,9 @@ the store cleanly.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
+from functools import partial
 
 import trio
 
@@ -17,6 +19,9 @@ import trio
 from broker.clock import SYSTEM_CLOCK, Clock, DiskProbe, disk_used_ratio
 from broker.config import BrokerConfig
 from broker.core.broker import Broker, BrokerStatistics, open_broker
+from broker.grpc.server import GrpcLimits, GrpcServerState, GrpcStatistics, serve_grpc
+from broker.grpc.service import GrpcEndpoint, build_service
+from broker.grpc.tls import server_context
 from broker.logs import get_logger
 from broker.prometheus import open_prometheus
 from broker.registration import Registrar
@@ -39,6 +44,8 @@ class BrokerHandleStatistics:
 
     core: BrokerStatistics
     remoting: ServerStatistics
+    #: None without a gRPC front end.
+    grpc: GrpcStatistics | None = None
 
 
 @dataclass
@@ -54,6 +61,9 @@ class BrokerHandle:
     registrar: Registrar | None = None
     #: Where Prometheus ``/metrics`` is served (None when ``prometheus_port`` is not set).
     prometheus_port: int | None = None
+    #: The gRPC front end's port and counters (None when ``grpc_port`` is None).
+    grpc_port: int | None = None
+    grpc: GrpcServerState | None = None
 
     @property
     def broker(self) -> Broker:
@@ -62,7 +72,8 @@ class BrokerHandle:
 
     def statistics(self) -> BrokerHandleStatistics:
         """The services' counters and the Remoting server's."""
-        return BrokerHandleStatistics(self.broker.statistics(), self.ctx.server.statistics())
+        grpc = None if self.grpc is None else self.grpc.statistics()
+        return BrokerHandleStatistics(self.broker.statistics(), self.ctx.server.statistics(), grpc)
 
     async def stop(self) -> None:
         """Graceful stop (see the module docstring); returns once the store is closed."""
@@ -80,6 +91,12 @@ async def serve_broker(
     """Run a broker until cancelled or stopped; the store is always closed cleanly."""
     listeners = await trio.open_tcp_listeners(config.port, host=config.host)
     port = listeners[0].socket.getsockname()[1]
+    grpc_listeners = (
+        []
+        if config.grpc_port is None
+        else await trio.open_tcp_listeners(config.grpc_port, host=config.host)
+    )
+    grpc_port = grpc_listeners[0].socket.getsockname()[1] if grpc_listeners else None
     stop, stopped = trio.Event(), trio.Event()
     try:
         async with open_broker(config, port=port, clock=clock, disk_probe=disk_probe) as broker:
@@ -90,19 +107,32 @@ async def serve_broker(
                 await front.start(
                     serve_remoting, dispatcher, listeners, ServerLimits.of(config), server
                 )
+                grpc_state = None
+                if grpc_port is not None:
+                    grpc_state = GrpcServerState()
+                    host = broker.address.rpartition(":")[0]
+                    service = build_service(broker, GrpcEndpoint(host, grpc_port))
+                    tls = server_context(config.tls_cert, config.tls_key, now=_utc(clock))
+                    await front.start(
+                        partial(serve_grpc, ssl_context=tls),
+                        service,
+                        grpc_listeners,
+                        GrpcLimits(max_message_size=config.max_message_size + 64 * 1024),
+                        grpc_state,
+                    )
                 registrar = None
                 if config.namesrv_addr:
                     registrar = Registrar(config, broker.topics, broker.address)
                     broker.topics.subscribe(registrar.poke)
                     front.start_soon(registrar.run)
                 _log.info("broker started", address=broker.address, port=port,
-                          data_dir=str(config.data_dir), flush=config.flush,
-                          namesrv_addr=config.namesrv_addr)  # fmt: skip
-                task_status.started(
-                    BrokerHandle(
-                        port, broker.address, ctx, stop, stopped, registrar, prometheus_port
-                    )
-                )
+                          grpc_port=grpc_port, data_dir=str(config.data_dir),
+                          flush=config.flush, namesrv_addr=config.namesrv_addr)  # fmt: skip
+                handle = BrokerHandle(
+                    port, broker.address, ctx, stop, stopped, registrar, prometheus_port,
+                    grpc_port, grpc_state,
+                )  # fmt: skip
+                task_status.started(handle)
                 await stop.wait()
                 # The one stop path: leave the name servers' routes, answer parked polls,
                 # let requests in flight finish (bounded), then close the connections.
@@ -115,3 +145,7 @@ async def serve_broker(
     finally:
         stopped.set()
     _log.info("broker stopped", address=f"{config.host}:{port}")
+
+
+def _utc(clock: Clock) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(clock.now_ms() / 1000, tz=datetime.UTC)

@@ -142,10 +142,10 @@ def _not_journaled(what: str) -> BrokerError:
     )
 
 
-def _check_invisible(invisible_ms: int) -> None:
-    if invisible_ms <= 0:
+def _check_invisible(invisible_ms: int, *, least: int = 1) -> None:
+    if invisible_ms < least:
         raise BrokerError(
-            f"invisibleTime must be > 0 ms, not {invisible_ms}",
+            f"invisibleTime must be >= {least} ms, not {invisible_ms}",
             code=ResponseCode.INVALID_PARAMETER,
         )
 
@@ -282,14 +282,15 @@ class PopService:
         invisible_ms: int,
     ) -> Lease:
         """Give a popped message a new deadline ``now + invisible_ms``; returns the new lease
-        (its pop time is the new receipt's).
+        (its pop time is the new receipt's). 0 makes it visible again at once (a nack: the
+        gRPC clients' push consumers send it; RocketMQ accepts it too).
 
         Raises:
-            BrokerError: ``INVALID_PARAMETER`` (invisible time ≤ 0), ``NO_MESSAGE`` or
+            BrokerError: ``INVALID_PARAMETER`` (invisible time < 0), ``NO_MESSAGE`` or
                 ``SYSTEM_ERROR`` as for :meth:`ack`.
             IllegalNameError: the group name is illegal.
         """
-        _check_invisible(invisible_ms)
+        _check_invisible(invisible_ms, least=0)
         validate_group(group)
         key = lease_key(group, topic, queue_id, offset, receipt)
         try:

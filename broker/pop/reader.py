@@ -39,6 +39,10 @@ from protocol.receipt import (
 
 #: Revive queue id put into non-orderly receipts (one logical revive queue here).
 REVIVE_QID = 0
+#: A queue whose first message is within this many bytes of the commit log's end counts as
+#: "in memory" for a new MAX group (RocketMQ checks the page cache, which holds up to 40 % of
+#: the machine's memory; a fixed size keeps the rule independent of the machine).
+HOT_LOG_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +148,9 @@ class PopReader:
     def _start(self, req: PopRequest, topic: str, queue_id: int) -> int:
         """The group's pop cursor on a queue, initialised on first use: a committed consumer
         offset if the group has one, else the queue's start (``initMode`` MIN, and always
-        for retry topics) or end (MAX)."""
+        for retry topics) or, for MAX, RocketMQ's ``getInitOffset``: the whole queue while it
+        is young (it never lost a message and its first one is still "in memory", here: in
+        the last :data:`HOT_LOG_BYTES` of the commit log), else its last message (max − 1)."""
         cursor = self.table.cursor(req.group, topic, queue_id)
         low = self.store.min_offset(topic, queue_id)
         if cursor is None:
@@ -153,10 +159,18 @@ class PopReader:
                 cursor = committed
             elif req.init_mode == INIT_MODE_MIN or topic != req.topic:
                 cursor = low
+            elif low == 0 and self._first_is_hot(topic, queue_id):
+                cursor = 0
             else:
-                cursor = self.store.max_offset(topic, queue_id)
+                cursor = max(low, self.store.max_offset(topic, queue_id) - 1)
             self.table.set_cursor(req.group, topic, queue_id, cursor)
         return max(cursor, low)  # retention may have removed the cursor's messages
+
+    def _first_is_hot(self, topic: str, queue_id: int) -> bool:
+        first = self.store.get(topic, queue_id, 0, 1)
+        if not first.commit_log_offsets:
+            return True  # empty: starting at 0 is starting at the end
+        return self.store.log.end - first.commit_log_offsets[0] <= HOT_LOG_BYTES
 
     def _read(
         self, topic: str, queue_id: int, offset: int, count: int, req: PopRequest

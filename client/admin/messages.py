@@ -16,7 +16,6 @@ from client.admin.output import Result, format_ms, key_values, table
 from client.admin.session import Admin, AdminError
 from client.message import Message, ReceivedMessage
 from client.producer import Producer
-from protocol.bodies.route import TopicList
 from protocol.codes import RequestCode, ResponseCode
 from protocol.errors import RecordError, for_code
 from protocol.headers.admin import QueryMessageRequestHeader, ViewMessageRequestHeader
@@ -145,10 +144,11 @@ async def _by_unique_key(admin: Admin, msg_id: str, topic: str | None) -> Receiv
     if topic is not None:
         topics = [topic]
     else:
-        reply = await admin.namesrv(admin.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
-        ok = reply.code == ResponseCode.SUCCESS
-        names = TopicList.from_json(reply.body).topic_list if ok else ()
-        topics = sorted(n for n in names if not is_system_topic(n) and not is_retry_topic(n))
+        try:
+            names = await admin.topic_names()
+        except AdminError:
+            names = []
+        topics = [n for n in names if not is_system_topic(n) and not is_retry_topic(n)]
     for name in topics:
         try:
             found = await query_key(admin, name, msg_id, unique=True)

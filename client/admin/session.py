@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from client.config import ClientConfig
 from client.errors import ClientError, ConnectError, RequestTimeoutError
 from client.instance import ClientInstance, open_instance
-from protocol.bodies.route import ClusterInfo, TopicRouteData
+from protocol.bodies.route import ClusterInfo, TopicList, TopicRouteData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import BrokerError, ProtocolError, for_code
@@ -125,9 +125,22 @@ class Admin:
         """
         ext = GetRouteInfoRequestHeader(topic=topic).to_ext()
         reply = await self.namesrv(self.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext))
-        if reply.code == ResponseCode.TOPIC_NOT_EXIST:
+        # A broker asked directly answers a topic that a send would create with the route it
+        # will have (producers need that); the admin tells what exists.
+        if reply.code == ResponseCode.TOPIC_NOT_EXIST or topic not in await self.topic_names():
             raise AdminError(f"topic {topic!r} does not exist")
         return TopicRouteData.from_json(_checked(reply).body)
+
+    async def topic_names(self) -> list[str]:
+        """Every topic the name servers know, sorted.
+
+        Raises:
+            AdminError: the name server refused.
+        """
+        reply = await self.namesrv(self.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+        if reply.code != ResponseCode.SUCCESS:
+            raise AdminError(f"name server cannot list topics: {reply.remark}")
+        return sorted(TopicList.from_json(reply.body).topic_list)
 
     async def topic_brokers(self, topic: str) -> list[BrokerRef]:
         """The master brokers holding ``topic``."""

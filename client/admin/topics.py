@@ -9,7 +9,7 @@ import json
 from client.admin.output import Result, format_ms, table
 from client.admin.session import Admin, AdminError, BrokerRef
 from protocol.bodies.broker import TopicConfig, TopicStatsTable
-from protocol.bodies.route import TopicList, perm_to_string
+from protocol.bodies.route import perm_to_string
 from protocol.codes import RequestCode, ResponseCode
 from protocol.headers.admin import (
     CreateTopicRequestHeader,
@@ -132,16 +132,9 @@ async def delete_topic(admin: Admin, args: argparse.Namespace) -> Result:
     return Result(doc, "\n".join(lines))
 
 
-async def _topic_names(admin: Admin) -> list[str]:
-    reply = await admin.namesrv(admin.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
-    if reply.code != ResponseCode.SUCCESS:
-        raise AdminError(f"name server cannot list topics: {reply.remark}")
-    return sorted(TopicList.from_json(reply.body).topic_list)
-
-
 async def topic_list(admin: Admin, args: argparse.Namespace) -> Result:
     """Every topic; with ``-c`` also the clusters holding it."""
-    names = await _topic_names(admin)
+    names = await admin.topic_names()
     if not args.clusterModel:
         return Result({"topicList": names}, "\n".join(names))
     rows: list[tuple[str, str]] = []

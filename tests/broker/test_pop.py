@@ -171,7 +171,7 @@ async def test_bad_receipts_and_bad_pops_get_clear_codes(
             assert reply.code == ResponseCode.INVALID_PARAMETER
             reply, _ = await pop(client, "bad group!", "T")
             assert reply.code != ResponseCode.SUCCESS
-            reply, _ = await change_invisible(client, "g", p, 0)
+            reply, _ = await change_invisible(client, "g", p, -1)  # 0 is a nack: allowed
             assert reply.code == ResponseCode.INVALID_PARAMETER
             # nothing changed: the real receipt still acks
             assert (await ack(client, "g", p)).code == ResponseCode.SUCCESS

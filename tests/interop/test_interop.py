@@ -109,9 +109,10 @@ class Client:
     """How one third-party client is driven."""
 
     name: str  # a key of scripts.interop_setup.CLIENTS
-    #: Whether the test creates the topic first. None do now: ali-ons throws on
-    #: TOPIC_NOT_EXIST (it never falls back to TBW102), and gets the route a first send will
-    #: create instead (auto-create on); the cpp clients do use TBW102.
+    #: Whether the topic must exist before the client asks a *name server* for its route:
+    #: ali-ons throws on TOPIC_NOT_EXIST (it never falls back to TBW102). A standalone broker
+    #: answers the route a first send will create (auto-create on), so the scenarios against
+    #: one never create it; the cpp clients use TBW102 either way.
     create_topic: bool
     #: client-cpp 2.1 crashes (SIGSEGV) in DefaultMQPushConsumerImpl::
     #: shutdownMessageTraceInnerProducer when message trace is off: its driver exits
@@ -147,7 +148,7 @@ def real_clock_environ() -> dict[str, str]:
     return out
 
 
-ALI_ONS = Client("ali-ons", create_topic=False)
+ALI_ONS = Client("ali-ons", create_topic=True)
 CPP_1X = Client("cpp-1.x", create_topic=False)
 CPP_21 = Client("cpp-2.1", create_topic=False, shutdown=False)
 
@@ -369,9 +370,7 @@ async def test_produce_filter_retry_restart(
     with trio.fail_after(SCENARIO_TIMEOUT):
         async with open_broker(tmp_path / "data") as broker, trio.open_nursery() as nursery:
             address = f"127.0.0.1:{broker.port}"
-            if client.create_topic:
-                await create_topic(broker, TOPIC)
-            await produce(1, batch1)
+            await produce(1, batch1)  # the topic does not exist yet: the send creates it
 
             # Run 1: the TagA messages of batch 1 arrive; FAIL_KEY is failed once.
             run1, cmd1 = consumer(1, "--fail-key", FAIL_KEY)

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
 from broker.core.pop import PopBatch
+from broker.pop import reader as reader_module
 from broker.remoting.processors.pop import answer
 from protocol.codes import RequestCode
 from protocol.command import request
+from protocol.headers.pop import INIT_MODE_MAX
 from protocol.message import decode_record
 from protocol.receipt import ExtraInfo, RetryFlag
 from tests.broker.memory import MemoryBroker, open_memory_broker
@@ -61,3 +64,41 @@ async def test_pop_batch_matches_the_remoting_answer_and_acks_through_the_core(
                     break
                 await trio.sleep(0.01)
             assert broker.statistics().core.pop.in_flight == 0
+
+
+async def test_a_change_to_zero_makes_the_message_visible_at_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A nack (invisible time 0, what the gRPC push consumers send): redelivered now, as a
+    retry, not at the old deadline."""
+    with trio.fail_after(30):
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
+            await create_topic(client, "T")
+            await send(client, "T", b"m")
+            (m,) = (await pop_batch(broker, invisible_ms=600_000)).messages()
+            pops = broker.broker.pops
+            t0 = trio.current_time()
+            pops.change("g", "T", m.lease.queue_id, m.lease.offset, m.receipt, 0)
+            (again,) = (await pop_batch(broker, invisible_ms=60_000, poll_ms=5_000)).messages()
+            assert trio.current_time() - t0 < 1.0  # not the old 600 s deadline
+            assert decode_record(again.record)[0].reconsume_times == 1
+
+
+async def test_a_new_max_group_reads_a_young_queue_from_its_start_else_its_last_message(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ConsumeInitMode.MAX`` as RocketMQ's ``getInitOffset`` (the gRPC receive uses it): a
+    queue whose first message is still "in memory" is read from 0, another from max − 1."""
+    with trio.fail_after(30):
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
+            await create_topic(client, "T")
+            for i in range(3):
+                await send(client, "T", f"m{i}".encode())
+            pops = broker.broker.pops
+            young = pops.request("young", "T", -1, 32, 60_000, init_mode=INIT_MODE_MAX)
+            got = (await pops.pop(young, poll_ms=0)).messages()
+            assert [decode_record(m.record)[0].body for m in got] == [b"m0", b"m1", b"m2"]
+            monkeypatch.setattr(reader_module, "HOT_LOG_BYTES", 0)
+            old = pops.request("old", "T", -1, 32, 60_000, init_mode=INIT_MODE_MAX)
+            got = (await pops.pop(old, poll_ms=0)).messages()
+            assert [decode_record(m.record)[0].body for m in got] == [b"m2"]

@@ -1,0 +1,197 @@
+"""gRPC clients: their settings, the settings we answer, and their consumer memberships.
+
+A v2 client announces itself with a ``Settings`` command on its Telemetry stream, keyed by its
+``x-mq-client-id``; every later call carries that id. The answer (:func:`reply_settings`) is
+what the proxy answers (``GrpcClientSettingsManager``), complete, because the clients break
+without parts of it: the Python push consumer waits for it and applies it only with status
+OK, a Node producer crashes without an exponential back-off policy, a producer refuses every
+send when ``max_body_size`` is 0.
+
+Consumers join their group in the broker's :class:`~broker.core.clients.ClientRegistry` as pop
+consumers (channel: the client id), from their settings or heartbeats, and leave on
+NotifyClientTermination or when their Telemetry stream ends — the stream lives as long as the
+client does (the Python client gives it a one-year deadline, Node none).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from broker.core.clients import (
+    ClientRegistry,
+    ConsumerRegistration,
+    ConsumeType,
+    MessageModel,
+    Subscription,
+)
+from broker.core.offsets import OffsetReset
+from protocol.grpc import schema
+from protocol.grpc.convert import set_duration
+
+#: The proxy's producer back-off: 3 attempts, 10 ms doubling up to 1 s.
+PRODUCER_MAX_ATTEMPTS: Final = 3
+#: The proxy's consumer back-off between redeliveries (``CustomizedRetryPolicy``), seconds.
+CONSUMER_BACKOFF_S: Final = (
+    1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200,
+)  # fmt: skip
+RECEIVE_BATCH_SIZE: Final = 32
+LONG_POLLING_TIMEOUT_MS: Final = 20_000
+_CONSUMERS: Final = frozenset(
+    {
+        schema.ClientType.PUSH_CONSUMER,
+        schema.ClientType.SIMPLE_CONSUMER,
+        schema.ClientType.PULL_CONSUMER,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Channel:
+    """A gRPC client as the client registry sees it: its id. The registry's notifications
+    (membership changes, offset resets) are Remoting rebalance signals; pop consumers have
+    nothing to rebalance, so they are not sent."""
+
+    client_id: str
+
+    @property
+    def channel_id(self) -> Hashable:
+        return ("grpc", self.client_id)
+
+    def notify_consumer_ids_changed(self, group: str) -> bool:
+        return False
+
+    def notify_reset_offset(self, reset: OffsetReset, offsets: Mapping[int, int]) -> bool:
+        return False
+
+
+@dataclass(slots=True)
+class Session:
+    """What we know of one client id."""
+
+    client_id: str
+    client_type: int = schema.ClientType.CLIENT_TYPE_UNSPECIFIED
+    group: str | None = None
+    subscriptions: tuple[Subscription, ...] = ()
+    fifo: bool = False
+    #: The Telemetry stream the settings came on (the call's stream id per connection).
+    telemetry: object | None = None
+    topics: tuple[str, ...] = field(default=())
+
+
+class GrpcClients:
+    """Sessions by client id, and their registration in the broker's client registry."""
+
+    def __init__(self, registry: ClientRegistry, *, max_message_size: int, max_attempts: int):
+        self._registry = registry
+        self._max_message_size = max_message_size
+        #: A consumer's deliveries before its message goes to the DLQ (retries + 1).
+        self._max_attempts = max_attempts
+        self._sessions: dict[str, Session] = {}
+
+    def session(self, client_id: str) -> Session | None:
+        """The session of ``client_id``, if it sent settings."""
+        return self._sessions.get(client_id)
+
+    def fifo(self, group: str) -> bool:
+        """Whether ``group`` consumes in order (a member's settings said so)."""
+        return any(s.fifo for s in self._sessions.values() if s.group == group)
+
+    def apply_settings(self, client_id: str, settings: Any, telemetry: object) -> Any:
+        """Remember a client's settings (registering a consumer in its group) and return the
+        settings to answer it with.
+
+        Raises:
+            ValueError: settings with neither publishing nor subscription (the proxy answers
+                INVALID_ARGUMENT).
+            IllegalNameError: the consumer group's name is illegal.
+        """
+        kind = settings.WhichOneof("pub_sub")
+        if kind is None:
+            raise ValueError("settings carry neither publishing nor subscription")
+        session = self._sessions.get(client_id) or Session(client_id)
+        session.client_type = settings.client_type
+        session.telemetry = telemetry
+        if kind == "subscription":
+            sub = settings.subscription
+            session.group = sub.group.name
+            session.subscriptions = tuple(
+                Subscription(e.topic.name, e.expression.expression or "*", _expression_type(e))
+                for e in sub.subscriptions
+            )
+            session.fifo = sub.HasField("fifo") and sub.fifo
+            self._register(session)
+        else:
+            session.topics = tuple(t.name for t in settings.publishing.topics)
+        self._sessions[client_id] = session
+        return self.reply_settings(settings, session)
+
+    def heartbeat(self, client_id: str, group: str | None) -> bool:
+        """A heartbeat: refresh the consumer's membership. False when the client never sent
+        settings (the proxy answers UNRECOGNIZED_CLIENT_TYPE; clients only log it)."""
+        session = self._sessions.get(client_id)
+        if session is None:
+            return False
+        if group and session.group == group:
+            self._register(session)
+        return True
+
+    def terminate(self, client_id: str) -> None:
+        """NotifyClientTermination: the client leaves its group and is forgotten."""
+        session = self._sessions.pop(client_id, None)
+        if session is not None:
+            self._registry.channel_closed(_Channel(client_id))
+
+    def telemetry_ended(self, client_id: str, telemetry: object) -> None:
+        """The client's Telemetry stream ended: it is gone (unless a newer stream took over)."""
+        session = self._sessions.get(client_id)
+        if session is not None and session.telemetry is telemetry:
+            self.terminate(client_id)
+
+    def _register(self, session: Session) -> None:
+        if session.group is None or session.client_type not in _CONSUMERS:
+            return
+        registration = ConsumerRegistration(
+            session.group,
+            session.subscriptions,
+            MessageModel.CLUSTERING,
+            ConsumeType.CONSUME_POP,
+        )
+        self._registry.heartbeat(_Channel(session.client_id), session.client_id, (), [registration])
+
+    def statistics(self) -> int:
+        """Clients with settings."""
+        return len(self._sessions)
+
+    # ------------------------------------------------------------------ the answer
+    def reply_settings(self, settings: Any, session: Session) -> Any:
+        """The complete settings a client is answered with (the proxy's merge)."""
+        out = schema.Settings()
+        out.CopyFrom(settings)
+        if settings.WhichOneof("pub_sub") == "publishing":
+            policy = out.backoff_policy
+            policy.Clear()
+            policy.max_attempts = PRODUCER_MAX_ATTEMPTS
+            backoff = policy.exponential_backoff
+            set_duration(backoff.initial, 10)
+            set_duration(backoff.max, 1000)
+            backoff.multiplier = 2.0
+            out.publishing.max_body_size = self._max_message_size
+            out.publishing.validate_message_type = True
+        else:
+            sub = out.subscription
+            sub.fifo = session.fifo
+            sub.receive_batch_size = RECEIVE_BATCH_SIZE
+            set_duration(sub.long_polling_timeout, LONG_POLLING_TIMEOUT_MS)
+            policy = out.backoff_policy
+            policy.Clear()
+            policy.max_attempts = self._max_attempts
+            for seconds in CONSUMER_BACKOFF_S:
+                set_duration(policy.customized_backoff.next.add(), seconds * 1000)
+        out.metric.on = False
+        return out
+
+
+def _expression_type(entry: Any) -> str:
+    return "SQL92" if entry.expression.type == schema.FilterType.SQL else "TAG"

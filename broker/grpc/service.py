@@ -1,0 +1,559 @@
+"""``apache.rocketmq.v2.MessagingService``: each RPC as an adapter over the broker's core.
+
+Every handler decodes its request, calls the same core services the Remoting processors
+call (:class:`~broker.core.broker.Broker`), and encodes the result; errors travel in the
+response's ``Status`` (the call itself ends with gRPC status OK, as the proxy's do), mapped
+by :mod:`broker.grpc.status`. What the proxy does that the core does not is here too, since
+it is part of the v2 API's contract: the long-poll and invisible-time bounds of
+ReceiveMessage, the response-stream order the clients require, per-entry ack statuses, the
+queue choice of a send.
+
+The proxy's semantics are in ``../shared/reference/grpc-frontend.md`` §3 summarised in
+docs/design.md §11; the differences are in docs/rocketmq-differences.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import trio
+from google.protobuf.message import DecodeError
+
+from broker.core.broker import Broker
+from broker.core.pop import PopBatch
+from broker.core.send import SendRequest
+from broker.grpc.clients import GrpcClients
+from broker.grpc.server import Call, GrpcError, Handler
+from broker.grpc.status import code_of_error, code_of_put, status
+from broker.logs import get_logger
+from broker.store.api import Host
+from protocol.bodies.route import is_readable, is_writeable
+from protocol.errors import ReceiptError, TrimqError
+from protocol.grpc import schema
+from protocol.grpc.codes import Code, GrpcStatus
+from protocol.grpc.convert import (
+    COMPRESSED_FLAG,
+    MessageRejected,
+    decode_handle,
+    duration_ms,
+    encode_handle,
+    java_hash,
+    properties_of,
+    set_timestamp,
+    timestamp_ms,
+    to_message,
+)
+from protocol.headers.pop import INIT_MODE_MAX
+from protocol.message import decode_record
+from protocol.naming import DEFAULT_TOPIC
+from protocol.receipt import ExtraInfo
+
+_log = get_logger("grpc")
+
+#: The proxy's long-poll bounds (grpcClientConsumerMin/MaxLongPollingTimeoutMillis).
+MIN_POLL_MS: Final = 5_000
+MAX_POLL_MS: Final = 20_000
+#: A receive answers this long before the client's deadline, so the answer arrives in time.
+POLL_MARGIN_MS: Final = 500
+#: Invisible time of a receive: bounds, and what push consumers (auto-renew) get.
+MIN_INVISIBLE_MS: Final = 10_000
+MAX_INVISIBLE_MS: Final = 12 * 3600 * 1000
+DEFAULT_INVISIBLE_MS: Final = 60_000
+#: Undelivered messages of a broken receive stream come back this soon.
+RELEASE_INVISIBLE_MS: Final = 1_000
+_ACCEPTED_TYPES: Final = (
+    schema.MessageType.NORMAL,
+    schema.MessageType.FIFO,
+    schema.MessageType.DELAY,
+)
+_PATH: Final = f"/{schema.SERVICE_NAME}/"
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcEndpoint:
+    """Where clients reach this broker's gRPC front end (written into routes)."""
+
+    host: str
+    port: int
+
+
+class MessagingService:
+    """The v2 RPCs over one broker (the :class:`~broker.grpc.server.Service` it serves)."""
+
+    def __init__(self, broker: Broker, endpoint: GrpcEndpoint, clients: GrpcClients) -> None:
+        self.broker = broker
+        self.endpoint = endpoint
+        self.clients = clients
+        unary: dict[str, Callable[[Call, Any], Awaitable[Any]]] = {
+            "QueryRoute": self.query_route,
+            "Heartbeat": self.heartbeat,
+            "SendMessage": self.send_message,
+            "QueryAssignment": self.query_assignment,
+            "AckMessage": self.ack_message,
+            "ForwardMessageToDeadLetterQueue": self.forward_to_dlq,
+            "EndTransaction": self.end_transaction,
+            "NotifyClientTermination": self.notify_client_termination,
+            "ChangeInvisibleDuration": self.change_invisible_duration,
+            "RecallMessage": self.recall_message,
+        }
+        self._handlers: dict[str, Handler] = {
+            _PATH + name: _unary(schema.METHODS[_PATH + name], fn) for name, fn in unary.items()
+        }
+        self._handlers[_PATH + "ReceiveMessage"] = self.receive_message
+        self._handlers[_PATH + "Telemetry"] = self.telemetry
+
+    def handler(self, path: str) -> Handler | None:
+        """The handler of ``path``; None for methods the proxy does not serve either
+        (PullMessage, the offset RPCs, SyncLiteSubscription: UNIMPLEMENTED)."""
+        return self._handlers.get(path)
+
+    def connection_closed(self, peer: str) -> None:
+        """Nothing to forget: clients leave when their Telemetry stream ends."""
+
+    # ------------------------------------------------------------------ routes
+    async def query_route(self, call: Call, req: Any) -> Any:
+        """This broker's queues of the topic, at this broker's gRPC endpoint."""
+        out = schema.QueryRouteResponse()
+        topic = req.topic.name
+        view = self.broker.routes.route(topic)
+        if view is None:
+            out.status.CopyFrom(status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
+            return out
+        perm = _permission(view.perm)
+        for queue_id in range(max(view.read_queue_nums, view.write_queue_nums)):
+            self._fill_queue(out.message_queues.add(), view.broker_name, topic, queue_id, perm)
+        out.status.CopyFrom(status(Code.OK))
+        return out
+
+    def _fill_queue(
+        self, queue: Any, broker_name: str, topic: str, queue_id: int, perm: int
+    ) -> None:
+        queue.topic.name = topic
+        queue.id = queue_id
+        queue.permission = perm
+        queue.broker.name = broker_name
+        queue.broker.id = 0
+        endpoints = queue.broker.endpoints
+        endpoints.scheme = schema.AddressScheme.IPv4
+        address = endpoints.addresses.add()
+        address.host, address.port = self.endpoint.host, self.endpoint.port
+        queue.accept_message_types.extend(_ACCEPTED_TYPES)
+
+    async def query_assignment(self, call: Call, req: Any) -> Any:
+        """One queue with id -1 (pop from any queue of this broker) for a normal group; one
+        per readable queue for a FIFO group (the proxy's answer)."""
+        out = schema.QueryAssignmentResponse()
+        topic, group = req.topic.name, req.group.name
+        view = self.broker.routes.route(topic)
+        if view is None:
+            out.status.CopyFrom(status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
+            return out
+        if view.read_queue_nums == 0 or not is_readable(view.perm):
+            out.status.CopyFrom(status(Code.FORBIDDEN, "no readable queue"))
+            return out
+        ids = range(view.read_queue_nums) if self.clients.fifo(group) else (-1,)
+        for queue_id in ids:
+            queue = out.assignments.add().message_queue
+            self._fill_queue(queue, view.broker_name, topic, queue_id, _permission(view.perm))
+        out.status.CopyFrom(status(Code.OK))
+        return out
+
+    # ------------------------------------------------------------------ clients
+    async def heartbeat(self, call: Call, req: Any) -> Any:
+        """Refresh the client's group membership."""
+        out = schema.HeartbeatResponse()
+        group = req.group.name if req.HasField("group") else None
+        if self.clients.heartbeat(call.client_id, group):
+            out.status.CopyFrom(status(Code.OK))
+        else:
+            out.status.CopyFrom(status(Code.UNRECOGNIZED_CLIENT_TYPE, "no settings received yet"))
+        return out
+
+    async def notify_client_termination(self, call: Call, req: Any) -> Any:
+        """The client shuts down: it leaves its group."""
+        self.clients.terminate(call.client_id)
+        out = schema.NotifyClientTerminationResponse()
+        out.status.CopyFrom(status(Code.OK))
+        return out
+
+    async def telemetry(self, call: Call) -> None:
+        """Answer every settings command with status OK and the complete settings; the
+        stream is the client's presence (it leaves when the stream ends)."""
+        _require_client_id(call)
+        try:
+            async for payload in call.requests:
+                command = _parse(schema.TelemetryCommand, payload)
+                if command.WhichOneof("command") != "settings":
+                    continue  # thread stack traces, verify results: nothing asked for them
+                try:
+                    settings = self.clients.apply_settings(call.client_id, command.settings, call)
+                except ValueError as exc:
+                    raise GrpcError(GrpcStatus.INVALID_ARGUMENT, str(exc)) from None
+                except TrimqError as exc:
+                    raise GrpcError(GrpcStatus.INVALID_ARGUMENT, str(exc)) from None
+                reply = schema.TelemetryCommand()
+                reply.status.CopyFrom(status(Code.OK, "OK"))
+                reply.settings.CopyFrom(settings)
+                await call.send(reply.SerializeToString())
+        finally:
+            self.clients.telemetry_ended(call.client_id, call)
+
+    # ------------------------------------------------------------------ sending
+    async def send_message(self, call: Call, req: Any) -> Any:
+        """Store each message (the clients send one); the server picks the queue."""
+        out = schema.SendMessageResponse()
+        for message in req.messages:
+            entry = out.entries.add()
+            entry.status.CopyFrom(await self._send_one(call, message, entry))
+        if not req.messages:
+            out.status.CopyFrom(status(Code.BAD_REQUEST, "no message to send"))
+        else:
+            codes = {e.status.code for e in out.entries}
+            first = out.entries[0].status
+            out.status.CopyFrom(first if len(codes) == 1 else status(Code.MULTIPLE_RESULTS))
+        return out
+
+    async def _send_one(self, call: Call, message: Any, entry: Any) -> Any:
+        broker = self.broker
+        topic = message.topic.name
+        system = message.system_properties
+        if not message.body:
+            return status(Code.MESSAGE_BODY_EMPTY, "message body is empty")
+        if len(message.body) > broker.config.max_message_size:
+            return status(
+                Code.MESSAGE_BODY_TOO_LARGE,
+                f"body of {len(message.body)} bytes is over {broker.config.max_message_size}",
+            )
+        if system.message_type == schema.MessageType.TRANSACTION:
+            return status(Code.UNSUPPORTED, "transactional messages are not supported yet")
+        try:
+            props = properties_of(message)
+            queue_id = self._queue_for(topic, props.get("SHARDING_KEY"))
+            outcome = await broker.sends.send(
+                SendRequest(
+                    topic,
+                    message.body,
+                    props,
+                    queue_id,
+                    0,
+                    COMPRESSED_FLAG if system.body_encoding == schema.Encoding.GZIP else 0,
+                    _born_ms(system, broker.clock.now_ms()),
+                    _host_of(call.peer),
+                    0,
+                    None,
+                    DEFAULT_TOPIC,
+                    broker.config.default_queue_nums,
+                )
+            )
+        except MessageRejected as exc:
+            return status(exc.code, str(exc))
+        except TrimqError as exc:
+            return status(code_of_error(exc, name_code=Code.ILLEGAL_TOPIC), str(exc))
+        if not outcome.result.ok:
+            return status(code_of_put(outcome.result.status), outcome.result.remark)
+        entry.message_id = system.message_id
+        entry.offset = outcome.result.queue_offset
+        return status(Code.OK)
+
+    def _queue_for(self, topic: str, group: str | None) -> int:
+        """A message group's queue: its Java hash over the write queues (the proxy's choice,
+        so one group stays on one queue); otherwise any (round robin, in the core)."""
+        if group is None:
+            return -1
+        view = self.broker.routes.route(topic)
+        if view is None or view.write_queue_nums <= 0:
+            return -1
+        return abs(java_hash(group) % view.write_queue_nums)
+
+    async def end_transaction(self, call: Call, req: Any) -> Any:
+        """Transactions are not supported yet (routes do not offer TRANSACTION)."""
+        out = schema.EndTransactionResponse()
+        out.status.CopyFrom(status(Code.NOT_IMPLEMENTED, "transactional messages: not yet"))
+        return out
+
+    async def recall_message(self, call: Call, req: Any) -> Any:
+        """Recalling a delay message is not supported yet."""
+        out = schema.RecallMessageResponse()
+        out.status.CopyFrom(status(Code.NOT_IMPLEMENTED, "recalling messages: not yet"))
+        return out
+
+    # ------------------------------------------------------------------ receiving
+    async def receive_message(self, call: Call) -> None:
+        """A pop on the core pop service: one status, the messages, the delivery time."""
+        req = _parse(schema.ReceiveMessageRequest, await call.request())
+        if not call.client_id:
+            _send_receive_status(call, Code.CLIENT_ID_REQUIRED, "x-mq-client-id missing")
+            return
+        try:
+            poll_ms = self._poll_ms(call, req)
+            invisible_ms = _invisible_ms(req)
+            pop = self.broker.pops.request(
+                req.group.name,
+                req.message_queue.topic.name,
+                -1,
+                min(req.batch_size or 32, 32),
+                invisible_ms,
+                expression=req.filter_expression.expression or "*",
+                expression_type=(
+                    "SQL92" if req.filter_expression.type == schema.FilterType.SQL else "TAG"
+                ),
+                order=self.clients.fifo(req.group.name),
+                attempt_id=req.attempt_id if req.HasField("attempt_id") else None,
+                init_mode=INIT_MODE_MAX,
+            )
+        except _Refused as exc:
+            _send_receive_status(call, exc.code, str(exc))
+            return
+        except TrimqError as exc:
+            _send_receive_status(call, code_of_error(exc), str(exc))
+            return
+        batch = await self.broker.pops.pop(pop, poll_ms=poll_ms)
+        await self._deliver(call, batch)
+
+    def _poll_ms(self, call: Call, req: Any) -> int:
+        if req.HasField("long_polling_timeout"):
+            poll = duration_ms(req.long_polling_timeout)
+        else:
+            poll = MAX_POLL_MS
+        poll = max(MIN_POLL_MS, min(poll, MAX_POLL_MS))
+        deadline = call.scope.deadline
+        if deadline != float("inf"):
+            remaining = int((deadline - trio.current_time()) * 1000) - POLL_MARGIN_MS
+            if remaining < MIN_POLL_MS:
+                raise _Refused(
+                    Code.ILLEGAL_POLLING_TIME,
+                    f"the call's deadline leaves {remaining} ms, under {MIN_POLL_MS} ms",
+                )
+            poll = min(poll, remaining)
+        return poll
+
+    async def _deliver(self, call: Call, batch: PopBatch) -> None:
+        popped = batch.messages()
+        if not popped:
+            _send_receive_status(call, Code.MESSAGE_NOT_FOUND, "no new message")
+            return
+        head = schema.ReceiveMessageResponse()
+        head.status.CopyFrom(status(Code.OK))
+        call.send_nowait(head.SerializeToString())
+        for item in popped:
+            msg = decode_record(item.record)[0]
+            handle = encode_handle(item.receipt, msg.commit_log_offset)
+            response = schema.ReceiveMessageResponse()
+            response.message.CopyFrom(
+                to_message(msg, receipt_handle=handle, invisible_ms=item.lease.invisible_ms)
+            )
+            call.send_nowait(response.SerializeToString())
+        _send_delivery_timestamp(call, self.broker.clock.now_ms())
+        try:
+            await call.drain()
+        except trio.Cancelled:
+            # The client went away (or its deadline passed) before the messages left: let
+            # them come back soon rather than at their invisible time.
+            self._release(batch)
+            raise
+
+    def _release(self, batch: PopBatch) -> None:
+        group = batch.request.group
+        for item in batch.messages():
+            lease = item.lease
+            with contextlib.suppress(TrimqError):  # acked or changed meanwhile: nothing to do
+                self.broker.pops.change(
+                    group, lease.topic, lease.queue_id, lease.offset, item.receipt,
+                    RELEASE_INVISIBLE_MS,
+                )  # fmt: skip
+
+    # ------------------------------------------------------------------ ack / change / DLQ
+    async def ack_message(self, call: Call, req: Any) -> Any:
+        """Ack each entry; per-entry statuses, MULTIPLE_RESULTS when they differ."""
+        out = schema.AckMessageResponse()
+        group, topic = req.group.name, req.topic.name
+        for entry in req.entries:
+            result = out.entries.add()
+            result.message_id = entry.message_id
+            result.receipt_handle = entry.receipt_handle
+            result.status.CopyFrom(self._ack_one(group, topic, entry.receipt_handle))
+        codes = {e.status.code for e in out.entries}
+        if len(codes) == 1:
+            out.status.CopyFrom(out.entries[0].status)
+        else:
+            out.status.CopyFrom(status(Code.MULTIPLE_RESULTS if codes else Code.BAD_REQUEST))
+        return out
+
+    def _ack_one(self, group: str, topic: str, handle: str) -> Any:
+        try:
+            receipt, _ = _receipt_of(handle)
+            self.broker.pops.ack(group, topic, receipt.queue_id, _offset(receipt), receipt)
+        except _Refused as exc:
+            return status(exc.code, str(exc))
+        except TrimqError as exc:
+            return status(code_of_error(exc, name_code=Code.ILLEGAL_CONSUMER_GROUP), str(exc))
+        return status(Code.OK)
+
+    async def change_invisible_duration(self, call: Call, req: Any) -> Any:
+        """A new invisible time (0 s: visible now); answers the new receipt handle."""
+        out = schema.ChangeInvisibleDurationResponse()
+        try:
+            invisible_ms = duration_ms(req.invisible_duration)
+            if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
+                raise _Refused(Code.ILLEGAL_INVISIBLE_TIME, f"{invisible_ms} ms is out of range")
+            receipt, commit_offset = _receipt_of(req.receipt_handle)
+            offset = _offset(receipt)
+            lease = self.broker.pops.change(
+                req.group.name, req.topic.name, receipt.queue_id, offset, receipt, invisible_ms
+            )
+        except _Refused as exc:
+            out.status.CopyFrom(status(exc.code, str(exc)))
+            return out
+        except TrimqError as exc:
+            out.status.CopyFrom(status(code_of_error(exc), str(exc)))
+            return out
+        renewed = ExtraInfo(
+            receipt.ck_queue_offset,
+            lease.pop_time,
+            lease.invisible_ms,
+            receipt.revive_qid,
+            receipt.retry_flag,
+            receipt.broker_name,
+            receipt.queue_id,
+            offset,
+        )
+        out.receipt_handle = (
+            renewed.encode() if commit_offset is None else encode_handle(renewed, commit_offset)
+        )
+        out.status.CopyFrom(status(Code.OK))
+        return out
+
+    async def forward_to_dlq(self, call: Call, req: Any) -> Any:
+        """Move the message to the group's DLQ now, then ack it (the proxy's order)."""
+        out = schema.ForwardMessageToDeadLetterQueueResponse()
+        group, topic = req.group.name, req.topic.name
+        try:
+            receipt, commit_offset = _receipt_of(req.receipt_handle)
+            if commit_offset is None:
+                raise _Refused(Code.INVALID_RECEIPT_HANDLE, "receipt handle has no log offset")
+            await self.broker.sends.dead_letter(group, commit_offset, req.message_id or None)
+            self.broker.pops.ack(group, topic, receipt.queue_id, _offset(receipt), receipt)
+        except _Refused as exc:
+            out.status.CopyFrom(status(exc.code, str(exc)))
+            return out
+        except TrimqError as exc:
+            out.status.CopyFrom(status(code_of_error(exc), str(exc)))
+            return out
+        out.status.CopyFrom(status(Code.OK))
+        return out
+
+
+# ------------------------------------------------------------------ helpers
+
+
+class _Refused(Exception):
+    """An RPC's own refusal (a v2 code and why)."""
+
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _unary(method: schema.Method, fn: Callable[[Call, Any], Awaitable[Any]]) -> Handler:
+    async def handle(call: Call) -> None:
+        req = _parse(method.request, await call.request())
+        out: Any
+        if not call.client_id:
+            out = method.response()
+            out.status.CopyFrom(status(Code.CLIENT_ID_REQUIRED, "x-mq-client-id missing"))
+        else:
+            out = await fn(call, req)
+        call.send_nowait(out.SerializeToString())
+
+    return handle
+
+
+def _parse(cls: Any, payload: bytes) -> Any:
+    try:
+        return cls.FromString(payload)
+    except DecodeError as exc:
+        raise GrpcError(
+            GrpcStatus.INTERNAL, f"request is not a valid {cls.__name__}: {exc}"
+        ) from None
+
+
+def _require_client_id(call: Call) -> None:
+    if not call.client_id:
+        raise GrpcError(GrpcStatus.INVALID_ARGUMENT, "x-mq-client-id missing")
+
+
+def _send_receive_status(call: Call, code: int, message: str) -> None:
+    out = schema.ReceiveMessageResponse()
+    out.status.CopyFrom(status(code, message))
+    call.send_nowait(out.SerializeToString())
+
+
+def _send_delivery_timestamp(call: Call, now_ms: int) -> None:
+    out = schema.ReceiveMessageResponse()
+    set_timestamp(out.delivery_timestamp, now_ms)
+    call.send_nowait(out.SerializeToString())
+
+
+def _invisible_ms(req: Any) -> int:
+    if req.auto_renew:
+        return DEFAULT_INVISIBLE_MS
+    if not req.HasField("invisible_duration"):
+        raise _Refused(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required")
+    invisible = duration_ms(req.invisible_duration)
+    if not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
+        raise _Refused(
+            Code.ILLEGAL_INVISIBLE_TIME,
+            f"invisible_duration {invisible} ms is outside [{MIN_INVISIBLE_MS}, "
+            f"{MAX_INVISIBLE_MS}] ms",
+        )
+    return invisible
+
+
+def _receipt_of(handle: str) -> tuple[ExtraInfo, int | None]:
+    try:
+        return decode_handle(handle)
+    except ReceiptError as exc:
+        raise _Refused(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+
+
+def _offset(receipt: ExtraInfo) -> int:
+    if receipt.queue_offset is None:
+        raise _Refused(Code.INVALID_RECEIPT_HANDLE, "receipt handle has no queue offset")
+    return receipt.queue_offset
+
+
+def _permission(perm: int) -> int:
+    readable, writable = is_readable(perm), is_writeable(perm)
+    if readable and writable:
+        return schema.Permission.READ_WRITE
+    if readable:
+        return schema.Permission.READ
+    if writable:
+        return schema.Permission.WRITE
+    return schema.Permission.NONE
+
+
+def _born_ms(system: Any, now_ms: int) -> int:
+    if system.HasField("born_timestamp"):
+        return timestamp_ms(system.born_timestamp)
+    return now_ms
+
+
+def _host_of(peer: str) -> Host:
+    host, _, port = peer.rpartition(":")
+    if host.count(".") == 3 and port.isdigit():
+        return (host, int(port))
+    return ("127.0.0.1", 0)
+
+
+def build_service(broker: Broker, endpoint: GrpcEndpoint) -> MessagingService:
+    """The gRPC front end over ``broker``, reached at ``endpoint``."""
+    clients = GrpcClients(
+        broker.clients,
+        max_message_size=broker.config.max_message_size,
+        max_attempts=broker.config.max_reconsume_times + 1,
+    )
+    return MessagingService(broker, endpoint, clients)

@@ -1,0 +1,232 @@
+"""v2 messages ↔ RocketMQ properties and records, sans-IO: what the proxy's ``GrpcConverter``
+does, so that one store serves both front ends.
+
+A message sent over gRPC is stored as a Remoting producer would store it (``UNIQ_KEY`` = the
+client's ``message_id``, ``TAGS``, ``KEYS`` space-joined, ``SHARDING_KEY`` = the message
+group, ``TIMER_DELIVER_MS`` = the delivery time, the user properties as plain properties); a
+stored record is delivered over gRPC with ``message_id`` = ``UNIQ_KEY`` (else the offset id),
+its tag, keys and user properties, an MD5 body digest in upper-case hex (the one format both
+official clients accept), ``body_encoding`` IDENTITY or GZIP (0 breaks the Python client) and
+``delivery_attempt`` = reconsume times + 1.
+
+A receipt handle is the pop receipt (:class:`~protocol.receipt.ExtraInfo`, eight fields)
+followed by the message's commit-log offset, as the proxy's handles are: the offset is what a
+dead-letter forward needs. A Remoting receipt (no offset) is accepted too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Final
+
+from protocol.errors import ReceiptError
+from protocol.grpc import schema
+from protocol.grpc.codes import Code
+from protocol.message import MessageExt
+from protocol.properties import (
+    CHECK_IMMUNITY_TIME_IN_SECONDS,
+    KEYS,
+    TAGS,
+    TIMER_DELAY_SEC,
+    TIMER_DELIVER_MS,
+    TRAN_MSG,
+    UNIQ_KEY,
+    join_keys,
+    split_keys,
+)
+from protocol.receipt import ExtraInfo
+
+SHARDING_KEY: Final = "SHARDING_KEY"
+TRACE_CONTEXT: Final = "TRACE_CONTEXT"
+DLQ_ORIGIN_TOPIC: Final = "DLQ_ORIGIN_TOPIC"
+DLQ_ORIGIN_MESSAGE_ID: Final = "DLQ_ORIGIN_MESSAGE_ID"
+#: sysFlag bit of a compressed body.
+COMPRESSED_FLAG: Final = 0x1
+
+#: RocketMQ's reserved property names (``MessageConst.STRING_HASH_SET``) and trimq's own: a
+#: delivered message's user properties are the others, and a producer may not set these.
+SYSTEM_PROPERTY_NAMES: Final = frozenset(
+    {
+        "TRACE_ON", "MSG_REGION", KEYS, TAGS, "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC",
+        "REAL_QID", TRAN_MSG, "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID",
+        "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
+        UNIQ_KEY, "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET",
+        "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO",
+        "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME",
+        "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "__transactionId__", "TRANSACTION_CHECK_TIMES",
+        CHECK_IMMUNITY_TIME_IN_SECONDS, SHARDING_KEY, TIMER_DELIVER_MS, TIMER_DELAY_SEC,
+        "TIMER_DELAY_MS", "TIMER_OUT_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", "BORN_HOST", "BORN_TIMESTAMP",
+        DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID, TRACE_CONTEXT, "INNER_NUM", "INNER_BASE",
+        "__CRC32#", "ORIGIN_TOPIC", "REVIVE_DEADLINE_MS",
+    }
+)  # fmt: skip
+
+_MS_PER_S: Final = 1000
+
+
+# ------------------------------------------------------------------ time
+def timestamp_ms(ts: Any) -> int:
+    """A ``google.protobuf.Timestamp`` as epoch milliseconds."""
+    return int(ts.seconds) * _MS_PER_S + int(ts.nanos) // 1_000_000
+
+
+def set_timestamp(ts: Any, ms: int) -> None:
+    """Fill a ``Timestamp`` from epoch milliseconds."""
+    ts.seconds, ts.nanos = divmod(ms, _MS_PER_S)
+    ts.nanos *= 1_000_000
+
+
+def duration_ms(d: Any) -> int:
+    """A ``google.protobuf.Duration`` as milliseconds."""
+    return int(d.seconds) * _MS_PER_S + int(d.nanos) // 1_000_000
+
+
+def set_duration(d: Any, ms: int) -> None:
+    """Fill a ``Duration`` from milliseconds."""
+    d.seconds, rest = divmod(ms, _MS_PER_S)
+    d.nanos = rest * 1_000_000
+
+
+# ------------------------------------------------------------------ sending
+class MessageRejected(ValueError):
+    """A message a producer may not send as it is; ``code`` is the v2 code to answer."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def properties_of(message: Any) -> dict[str, str]:
+    """The properties a v2 ``Message`` is stored with (the proxy's mapping).
+
+    Raises:
+        MessageRejected: a reserved user-property name, a bad tag or message group, no
+            message id.
+    """
+    system = message.system_properties
+    props: dict[str, str] = {}
+    for name, value in message.user_properties.items():
+        if name in SYSTEM_PROPERTY_NAMES:
+            raise MessageRejected(
+                Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                f"property {name!r} is reserved for the broker",
+            )
+        props[name] = value
+    if not system.message_id.strip():
+        raise MessageRejected(Code.ILLEGAL_MESSAGE_ID, "message_id is empty")
+    props[UNIQ_KEY] = system.message_id
+    if system.HasField("tag"):
+        if not system.tag.strip() or "|" in system.tag:
+            raise MessageRejected(
+                Code.ILLEGAL_MESSAGE_TAG, f"tag {system.tag!r} is blank or contains |"
+            )
+        props[TAGS] = system.tag
+    if system.keys:
+        props[KEYS] = join_keys(system.keys)
+    if system.HasField("message_group"):
+        _check_group(system.message_group)
+        props[SHARDING_KEY] = system.message_group
+    if system.HasField("delivery_timestamp"):
+        props[TIMER_DELIVER_MS] = str(timestamp_ms(system.delivery_timestamp))
+    if system.HasField("trace_context"):
+        props[TRACE_CONTEXT] = system.trace_context
+    return props
+
+
+def _check_group(group: str) -> None:
+    if not group or len(group.encode()) >= 64 or any(ord(c) < 0x20 for c in group):
+        raise MessageRejected(
+            Code.ILLEGAL_MESSAGE_GROUP,
+            "message_group must be 1 to 63 bytes without control characters",
+        )
+
+
+def java_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (UTF-16 code units), as the proxy hashes message groups."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+# ------------------------------------------------------------------ delivering
+def message_type_of(props: Mapping[str, str]) -> schema.MessageType:
+    """What kind of message stored properties describe."""
+    if props.get(TRAN_MSG) == "true":
+        return schema.MessageType.TRANSACTION
+    if SHARDING_KEY in props:
+        return schema.MessageType.FIFO
+    if TIMER_DELIVER_MS in props or TIMER_DELAY_SEC in props:
+        return schema.MessageType.DELAY
+    return schema.MessageType.NORMAL
+
+
+def to_message(msg: MessageExt, *, receipt_handle: str | None = None, invisible_ms: int = 0) -> Any:
+    """A stored record as a delivered v2 ``Message``."""
+    out = schema.Message()
+    out.topic.name = msg.topic
+    props = msg.properties
+    for name, value in props.items():
+        if name not in SYSTEM_PROPERTY_NAMES:
+            out.user_properties[name] = value
+    out.body = msg.body
+    system = out.system_properties
+    if TAGS in props:
+        system.tag = props[TAGS]
+    system.keys.extend(split_keys(props.get(KEYS)))
+    system.message_id = msg.msg_id
+    system.body_digest.type = schema.DigestType.MD5
+    system.body_digest.checksum = hashlib.md5(msg.body, usedforsecurity=False).hexdigest().upper()
+    compressed = msg.sys_flag & COMPRESSED_FLAG
+    system.body_encoding = schema.Encoding.GZIP if compressed else schema.Encoding.IDENTITY
+    system.message_type = message_type_of(props)
+    set_timestamp(system.born_timestamp, msg.born_timestamp)
+    system.born_host = msg.born_host[0]
+    set_timestamp(system.store_timestamp, msg.store_timestamp)
+    system.store_host = f"{msg.store_host[0]}:{msg.store_host[1]}"
+    deliver_at = _delivery_ms(props)
+    if deliver_at is not None:
+        set_timestamp(system.delivery_timestamp, deliver_at)
+    if receipt_handle is not None:
+        system.receipt_handle = receipt_handle
+        set_duration(system.invisible_duration, invisible_ms)
+    system.queue_id = msg.queue_id
+    system.queue_offset = msg.queue_offset
+    system.delivery_attempt = msg.reconsume_times + 1
+    if SHARDING_KEY in props:
+        system.message_group = props[SHARDING_KEY]
+    if TRACE_CONTEXT in props:
+        system.trace_context = props[TRACE_CONTEXT]
+    if DLQ_ORIGIN_TOPIC in props:
+        system.dead_letter_queue.topic = props[DLQ_ORIGIN_TOPIC]
+        system.dead_letter_queue.message_id = props.get(DLQ_ORIGIN_MESSAGE_ID, "")
+    return out
+
+
+def _delivery_ms(props: Mapping[str, str]) -> int | None:
+    value = props.get(TIMER_DELIVER_MS, "")
+    return int(value) if value.isdigit() else None
+
+
+# ------------------------------------------------------------------ receipt handles
+def encode_handle(receipt: ExtraInfo, commit_offset: int) -> str:
+    """The receipt handle of a popped message: its receipt and its commit-log offset."""
+    return f"{receipt.encode()} {commit_offset}"
+
+
+def decode_handle(handle: str) -> tuple[ExtraInfo, int | None]:
+    """A receipt handle's receipt and commit-log offset (None for a Remoting receipt).
+
+    Raises:
+        ReceiptError: not a receipt handle.
+    """
+    parts = handle.split(" ")
+    if len(parts) == 9:
+        offset = parts.pop()
+        if not offset.isdigit():
+            raise ReceiptError(f"receipt handle's commit-log offset is not a number: {offset!r}")
+        return ExtraInfo.decode(" ".join(parts)), int(offset)
+    return ExtraInfo.decode(handle), None
