@@ -22,6 +22,9 @@ Clients (see :data:`CLIENTS`):
     Python on ``grpcio`` and ``protobuf``). Its own venv: it is also a ``rocketmq`` package.
     Importing it starts its logging under ``~``, so run it with ``HOME`` set to a scratch
     directory (the smoke test below does).
+``node-grpc``
+    ``rocketmq-client-nodejs@1.0.8`` from npm: the official RocketMQ 5 gRPC client for Node
+    (TypeScript compiled to JavaScript, on ``@grpc/grpc-js``), in ``node_modules``.
 
 Outcomes, as exceptions from :func:`ensure` and exit codes of the command:
 :class:`RegistryUnreachable` (75) when the installer failed with a network error,
@@ -94,6 +97,7 @@ CLIENTS: dict[str, ClientSpec] = {
             ("rocketmq-python-client==5.1.2",),
             smoke="import rocketmq.grpc_protocol.definition_pb2",
         ),
+        ClientSpec("node-grpc", "npm", ("rocketmq-client-nodejs@1.0.8",)),
     )
 }
 
