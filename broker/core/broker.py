@@ -260,7 +260,7 @@ async def open_broker(
             )
             try:
                 async with trio.open_nursery() as services:
-                    services.start_soon(deadlines.run, (timers, pop.revive))
+                    services.start_soon(deadlines.run, (timers, pop.revive, pop.renewals))
                     services.start_soon(metrics.run)
                     try:
                         yield broker

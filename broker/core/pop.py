@@ -21,7 +21,7 @@ is a ``SYSTEM_ERROR`` and the message stays in flight.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -271,6 +271,20 @@ class PopService:
             return self.engine.ack_many(list(receipts), self.clock.now_ms())
         except OSError:
             raise _not_journaled("batch ack") from None
+
+    # ------------------------------------------------------------------ auto-renewal
+    def keep_invisible(self, owner: Hashable, batch: PopBatch) -> None:
+        r"""Keep ``batch``'s messages invisible while ``owner`` works on them (renewed in
+        place, receipts unchanged: :mod:`broker.pop.renew`) until acked, changed or
+        :meth:`release`\ d."""
+        self.engine.renewals.track(owner, [lease.key for lease in batch.result.leases])
+
+    def release(self, owner: Hashable) -> int:
+        """``owner`` went away: what it kept invisible is visible again within a second."""
+        try:
+            return self.engine.renewals.release(owner, self.clock.now_ms())
+        except OSError:
+            return 0  # not journaled: the leases revive at their current deadlines
 
     def change(
         self,

@@ -265,6 +265,19 @@ class InflightTable:
         lease = self._apply_change(key, stamp, invisible_ms)
         return outcome, lease
 
+    def extend(self, key: LeaseKey, pop_time: int, now_ms: int, deadline_ms: int) -> Outcome:
+        """Move an invisible message's deadline to ``deadline_ms`` *keeping its receipt* (the
+        pop time stays, the invisible time grows): auto-renewal for gRPC push consumers,
+        whose handles must stay valid while they work. Journaled as a change to the same pop
+        time, so a restart keeps the new deadline."""
+        outcome = self._check(key, pop_time, now_ms)
+        if outcome is not Outcome.OK:
+            return outcome
+        invisible_ms = max(0, deadline_ms - pop_time)
+        self.on_op(["chg", *key, pop_time, invisible_ms])
+        self._apply_change(key, pop_time, invisible_ms)
+        return outcome
+
     def expire_due(self, now_ms: int, limit: int = 1024) -> list[Expired]:
         """Leases due by ``now``: non-orderly ones move to ``REVIVING`` (the caller writes
         them to the retry topic or DLQ, then calls :meth:`revived` or :meth:`retry_later`);

@@ -18,6 +18,7 @@ from broker.pop.hub import PopHub, PopHubStatistics
 from broker.pop.inflight import InflightTable, Lease, LeaseKey, Outcome
 from broker.pop.journal import Journal
 from broker.pop.reader import PopReader, PopRequest, PopResult
+from broker.pop.renew import Renewals
 from broker.pop.revive import ReviveService
 from broker.storage import Storage
 from broker.topics import TopicManager
@@ -38,6 +39,7 @@ class PopEngine:
     hub: PopHub
     revive: ReviveService
     v1_names: V1RetryNames
+    renewals: Renewals
     metrics: MetricsWriter | None = None
 
     @classmethod
@@ -93,7 +95,8 @@ class PopEngine:
             cursors=len(table.cursors),
             ops=len(recovered.ops),
         )
-        return cls(table, journal, reader, hub, revive, v1_names, metrics)
+        renewals = Renewals(table, poke)
+        return cls(table, journal, reader, hub, revive, v1_names, renewals, metrics)
 
     # ------------------------------------------------------------------ requests
     def pop_nowait(self, req: PopRequest, now_ms: int) -> PopResult:

@@ -102,3 +102,43 @@ async def test_a_new_max_group_reads_a_young_queue_from_its_start_else_its_last_
             old = pops.request("old", "T", -1, 32, 60_000, init_mode=INIT_MODE_MAX)
             got = (await pops.pop(old, poll_ms=0)).messages()
             assert [decode_record(m.record)[0].body for m in got] == [b"m2"]
+
+
+async def test_auto_renewal_keeps_a_message_invisible_under_its_first_receipt(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """gRPC push consumers (auto_renew): the lease is extended in place past its invisible
+    time, the original receipt still acks, nothing is redelivered meanwhile."""
+    with trio.fail_after(3600):
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
+            await create_topic(client, "T")
+            await send(client, "T", b"m")
+            pops = broker.broker.pops
+            batch = await pop_batch(broker, invisible_ms=60_000)
+            pops.keep_invisible("client-1", batch)
+            (m,) = batch.messages()
+            # Ten minutes of work, ten times the invisible time: never visible meanwhile.
+            again = await pop_batch(broker, invisible_ms=60_000, poll_ms=20_000)
+            for _ in range(30):
+                assert not again.found
+                again = await pop_batch(broker, invisible_ms=60_000, poll_ms=20_000)
+            assert broker.broker.pop.renewals.statistics().renewed >= 3
+            pops.ack("g", "T", m.lease.queue_id, m.lease.offset, m.receipt)
+            assert broker.broker.pop.renewals.statistics().tracked in (0, 1)
+
+
+async def test_released_messages_come_back_within_a_second(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The client went away (its Telemetry stream ended): what it kept is visible at once."""
+    with trio.fail_after(60):
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
+            await create_topic(client, "T")
+            await send(client, "T", b"m")
+            pops = broker.broker.pops
+            pops.keep_invisible("client-1", await pop_batch(broker, invisible_ms=60_000))
+            t0 = trio.current_time()
+            assert pops.release("client-1") == 1
+            (again,) = (await pop_batch(broker, invisible_ms=60_000, poll_ms=20_000)).messages()
+            assert trio.current_time() - t0 <= 1.5
+            assert decode_record(again.record)[0].reconsume_times == 1
