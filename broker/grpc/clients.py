@@ -15,7 +15,7 @@ client does (the Python client gives it a one-year deadline, Node none).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -83,8 +83,18 @@ class Session:
 class GrpcClients:
     """Sessions by client id, and their registration in the broker's client registry."""
 
-    def __init__(self, registry: ClientRegistry, *, max_message_size: int, max_attempts: int):
+    def __init__(
+        self,
+        registry: ClientRegistry,
+        release: Callable[[str], object],
+        *,
+        max_message_size: int,
+        max_attempts: int,
+    ) -> None:
+        """``release``: what a client that goes away kept invisible comes back (the pop
+        service's auto-renewed leases)."""
         self._registry = registry
+        self._release = release
         self._max_message_size = max_message_size
         #: A consumer's deliveries before its message goes to the DLQ (retries + 1).
         self._max_attempts = max_attempts
@@ -140,6 +150,7 @@ class GrpcClients:
     def terminate(self, client_id: str) -> None:
         """NotifyClientTermination: the client leaves its group and is forgotten."""
         session = self._sessions.pop(client_id, None)
+        self._release(client_id)
         if session is not None:
             self._registry.channel_closed(_Channel(client_id))
 

@@ -311,6 +311,10 @@ class MessagingService:
             _send_receive_status(call, code_of_error(exc), str(exc))
             return
         batch = await self.broker.pops.pop(pop, poll_ms=poll_ms)
+        if req.auto_renew and batch.found:
+            # Push consumers: invisible while the client works on them, released when it
+            # goes away (GrpcClients.terminate).
+            self.broker.pops.keep_invisible(call.client_id, batch)
         await self._deliver(call, batch)
 
     def _poll_ms(self, call: Call, req: Any) -> int:
@@ -553,6 +557,7 @@ def build_service(broker: Broker, endpoint: GrpcEndpoint) -> MessagingService:
     """The gRPC front end over ``broker``, reached at ``endpoint``."""
     clients = GrpcClients(
         broker.clients,
+        broker.pops.release,
         max_message_size=broker.config.max_message_size,
         max_attempts=broker.config.max_reconsume_times + 1,
     )
