@@ -26,6 +26,9 @@ DESIGN_FLAGS = (
     "--flush",
     "--metrics-dir",
     "--config",
+    "--grpc-port",
+    "--tls-cert",
+    "--tls-key",
 )
 
 
@@ -44,7 +47,23 @@ def test_defaults_follow_design_and_rocketmq() -> None:
     assert (config.wake_mode, config.retry_naming, config.flush) == ("targeted", "v2", "async")
     assert config.advertise is None and config.namesrv_addr is None
     assert config.max_frame_size == 16 * 1024 * 1024
+    # The gRPC front end on the proxy's port, a self-signed certificate for TLS clients.
+    assert config.grpc_port == 8081 and config.tls_cert is None and config.tls_key is None
     assert load([], env={}) == config
+
+
+def test_grpc_port_any_free_or_off_and_tls_files_go_together(tmp_path: Path) -> None:
+    assert load(["--grpc-port", "0"], env={}).grpc_port == 0
+    assert load(["--grpc-port", "off"], env={}).grpc_port is None
+    assert load([], env={"TRIMQ_GRPC_PORT": "OFF"}).grpc_port is None
+    assert load([], env={"TRIMQ_GRPC_PORT": "9081"}).grpc_port == 9081
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    config = load(["--tls-cert", str(cert), "--tls-key", str(key)], env={})
+    assert (config.tls_cert, config.tls_key) == (cert, key)
+    with pytest.raises(ConfigError, match="tls_cert and tls_key go together"):
+        load(["--tls-cert", str(cert)], env={})
+    with pytest.raises(ConfigError, match="grpc_port"):
+        load(["--grpc-port", "70000"], env={})
 
 
 def test_toml_overrides_defaults_env_overrides_toml_flags_override_env(tmp_path: Path) -> None:

@@ -49,6 +49,8 @@ class BrokerProcess:
         #: Parsed JSON log lines (non-JSON lines are kept as ``{"raw": line}``).
         self.lines: list[dict[str, Any]] = []
         self.port = 0
+        #: The gRPC front end's port from the started line (None: off, or a name server).
+        self.grpc_port: int | None = None
         self._changed = trio.Event()
 
     async def drain(self) -> None:
@@ -125,6 +127,7 @@ async def run_server_process(
                 with trio.fail_after(START_TIMEOUT):
                     started = await server.wait_for(marker)
                 server.port = int(started["port"])
+                server.grpc_port = started.get("grpc_port")
                 assert started["address"] == f"127.0.0.1:{server.port}"
                 yield server
             finally:
@@ -236,3 +239,20 @@ async def test_sigterm_stops_gracefully_and_messages_survive_a_restart(tmp_path:
                     assert await broker.stop(signal.SIGINT) == 0
             with trio.fail_after(STOP_TIMEOUT):
                 await broker.wait_for("broker stopped")
+
+
+async def test_the_started_line_names_the_grpc_port_which_answers_http2(tmp_path: Path) -> None:
+    """``--grpc-port 0``: any free port, printed as ``grpc_port``; an HTTP/2 client gets the
+    server's SETTINGS there (the RocketMQ 5 clients' front end is up)."""
+    with trio.fail_after(30):
+        async with run_broker(tmp_path / "data", "--grpc-port", "0") as broker:
+            assert isinstance(broker.grpc_port, int) and broker.grpc_port not in (0, broker.port)
+            stream = await trio.open_tcp_stream("127.0.0.1", broker.grpc_port)
+            async with stream:
+                await stream.send_all(
+                    b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+                )
+                head = await stream.receive_some(9)
+                assert len(head) >= 4 and head[3] == 0x4  # a SETTINGS frame
+        async with run_broker(tmp_path / "data", "--grpc-port", "off") as broker:
+            assert broker.grpc_port is None
