@@ -169,6 +169,23 @@ def test_change_gives_a_new_deadline_and_receipt_and_the_old_one_is_stale() -> N
     assert table.ack(key(0), 1_500, 4_499) is Outcome.OK
 
 
+def test_extend_moves_the_deadline_under_the_same_receipt_and_replays() -> None:
+    """Auto-renewal: the deadline moves, the pop time (the receipt) does not; journaled as a
+    change to the same pop time, so a rebuilt table agrees."""
+    table, ops = recording()
+    table.popped([lease(0, pop_time=1_000, invisible_ms=1_000)])  # deadline 2000
+    assert table.extend(key(0), 1_000, 1_900, 61_900) is Outcome.OK
+    assert ops[-1] == ["chg", G, T, 0, 0, 1_000, 60_900]
+    assert table.leases[key(0)].deadline == 61_900
+    assert table.expire_due(61_899) == []
+    assert rebuild(None, ops).leases[key(0)].to_list() == table.leases[key(0)].to_list()
+    before = observe(table)
+    assert table.extend(key(0), 999, 2_000, 90_000) is Outcome.STALE  # another receipt
+    assert table.extend(key(1), 1_000, 2_000, 90_000) is Outcome.UNKNOWN
+    assert observe(table) == before
+    assert table.ack(key(0), 1_000, 61_000) is Outcome.OK  # the first receipt still acks
+
+
 def test_a_change_in_the_pop_millisecond_still_makes_the_old_receipt_stale() -> None:
     """Receipts are named by pop time: a change gets a pop time at least one ms later than
     the receipt it replaces, even within the same millisecond (and twice in a row)."""
