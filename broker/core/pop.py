@@ -238,6 +238,16 @@ class PopService:
         engine.event(EventKind.POP_WAIT, req, latency_ms=waited, found=result.found)
         return self._batch(req, result)
 
+    async def wait_for_topic(self, topic: str, group: str, poll_ms: int) -> bool:
+        """Park like a pop on a topic that does not exist yet (a consumer that starts before
+        the first send: the gRPC clients get the topic's planned route) until a message
+        arrives on it or ``poll_ms`` pass; returns whether the topic exists now."""
+        hold_s = max(0, min(poll_ms, self.max_hold_ms)) / 1000
+        if self.topics.get(topic) is None and hold_s > 0 and not self.stopping.is_set():
+            deadline = trio.current_time() + hold_s
+            await self.engine.hub.wait(topic, group, -1, None, deadline)
+        return self.topics.get(topic) is not None
+
     def _batch(self, req: PopRequest, result: PopResult) -> PopBatch:
         return PopBatch(req, result, self.engine.reader.broker_name)
 

@@ -287,12 +287,20 @@ class MessagingService:
         if not call.client_id:
             _send_receive_status(call, Code.CLIENT_ID_REQUIRED, "x-mq-client-id missing")
             return
+        topic = req.message_queue.topic.name
         try:
             poll_ms = self._poll_ms(call, req)
             invisible_ms = _invisible_ms(req)
+            if self.broker.topics.get(topic) is None and self.broker.routes.route(topic):
+                # Not created yet (its route is the planned one): wait for the first send.
+                start = trio.current_time()
+                if not await self.broker.pops.wait_for_topic(topic, req.group.name, poll_ms):
+                    _send_receive_status(call, Code.MESSAGE_NOT_FOUND, "no new message")
+                    return
+                poll_ms -= int((trio.current_time() - start) * 1000)
             pop = self.broker.pops.request(
                 req.group.name,
-                req.message_queue.topic.name,
+                topic,
                 -1,
                 min(req.batch_size or 32, 32),
                 invisible_ms,

@@ -142,3 +142,24 @@ async def test_released_messages_come_back_within_a_second(
             (again,) = (await pop_batch(broker, invisible_ms=60_000, poll_ms=20_000)).messages()
             assert trio.current_time() - t0 <= 1.5
             assert decode_record(again.record)[0].reconsume_times == 1
+
+
+async def test_a_pop_can_wait_for_a_topic_that_a_send_will_create(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A gRPC consumer started before the first send (its route is the planned one) parks
+    until the send that creates the topic, not for its whole poll time."""
+    with trio.fail_after(60):
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
+            pops = broker.broker.pops
+            assert not await pops.wait_for_topic("Later", "g", 2_000)  # nothing: times out
+            async with trio.open_nursery() as nursery:
+                t0 = trio.current_time()
+
+                async def send_soon() -> None:
+                    await trio.sleep(1)
+                    await send(client, "Later", b"first")
+
+                nursery.start_soon(send_soon)
+                assert await pops.wait_for_topic("Later", "g", 10_000)
+                assert trio.current_time() - t0 < 2
