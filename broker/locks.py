@@ -55,6 +55,15 @@ class RebalanceLocks:
             if held is not None and held.client_id == client_id:
                 del self.locks[(group, mq)]
 
+    def forget_topics(self, topics: Iterable[str]) -> int:
+        """Drop every lock on the queues of ``topics`` (deleted: a re-created topic starts
+        with free queues); returns how many were dropped."""
+        names = set(topics)
+        doomed = [ref for ref in self.locks if ref[1].topic in names]
+        for ref in doomed:
+            del self.locks[ref]
+        return len(doomed)
+
     def is_locked(self, group: str, now: float) -> bool:
         """Whether ``group`` holds any live lock (orderly consumption in progress)."""
         return any(g == group and lock.expires > now for (g, _), lock in self.locks.items())

@@ -129,8 +129,9 @@ class AdminService:
         return self._topics.update(config)
 
     async def delete_topic(self, topic: str) -> None:
-        """Delete a topic: its configuration, consume queues, offsets and pop state, and the
-        same of its pop retry topics (as RocketMQ 5 does); records age out of the log.
+        """Delete a topic: its configuration, consume queues, offsets, pop state and queue
+        locks, and the same of its pop retry topics (as RocketMQ 5 does); records age out of
+        the log.
         Returns once the pop state's removal is durable.
 
         Raises:
@@ -145,6 +146,7 @@ class AdminService:
         for name in doomed:
             self._topics.delete(name)
             self._store.delete_topic(name)
+        self._locks.forget_topics(doomed)
         write = self._pop.forget_topics(doomed)
         await self._offload(write)
 

@@ -28,3 +28,12 @@ def test_groups_are_independent_and_unlock_needs_the_holder() -> None:
     assert locks.is_locked("g1", now=3)
     assert not locks.is_locked("g3", now=3)
     assert not locks.is_locked("g1", now=2 + LOCK_MAX_LIVE_S)
+
+
+def test_forget_topics_drops_the_locks_of_deleted_topics_only() -> None:
+    locks = RebalanceLocks()
+    a0, a1, b0 = QueueName("A", "b", 0), QueueName("A", "b", 1), QueueName("B", "b", 0)
+    assert locks.try_lock("g", "c1", [a0, a1, b0], now=0) == [a0, a1, b0]
+    assert locks.forget_topics(["A"]) == 2
+    # A re-created A's queues are free for another client at once; B's lock stays.
+    assert locks.try_lock("g", "c2", [a0, b0], now=1) == [a0]
