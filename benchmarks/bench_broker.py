@@ -455,7 +455,9 @@ def broker_subprocess(
     output in ``log_path``; yields (pid, port) once it logged "broker started"; stopped with
     SIGTERM (by pid) on exit. The data dir is left for the caller. ``root``: run the broker
     of another checkout (``--broker-root``: before/after comparisons with the same client)."""
-    env = {**os.environ, "TRIMQ_SEGMENT_SIZE": str(segment_size)}
+    # Any free port for the gRPC front end too (an environment setting, so a broker of an
+    # older checkout, which has none, ignores it).
+    env = {**os.environ, "TRIMQ_SEGMENT_SIZE": str(segment_size), "TRIMQ_GRPC_PORT": "0"}
     argv = [sys.executable, "-m", "broker", "--host", "127.0.0.1", "--port", "0"]
     argv += ["--data-dir", str(data_dir), *args]
     with log_path.open("wb") as log:

@@ -130,7 +130,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         namesrv = f"127.0.0.1:{wait_started(ns, 'namesrv started')}"
         brokers = []
         for name in ("broker-a", "broker-b"):
-            argv = [py, "-m", "broker", "--host", "127.0.0.1", "--port", "0",
+            # Any free ports, the gRPC front end's too (two brokers cannot share 8081).
+            argv = [py, "-m", "broker", "--host", "127.0.0.1", "--port", "0", "--grpc-port", "0",
                     "--broker-name", name, "--data-dir", str(data / name),
                     "--namesrv-addr", namesrv, "--metrics-dir", str(events / name),
                     "--register-interval-s", "5"]  # fmt: skip
