@@ -137,7 +137,9 @@ class GrpcConnection:
     ) -> None:
         config = h2.config.H2Configuration(
             client_side=False,
-            header_encoding="utf-8",
+            # Bytes, decoded here: h2's own decoding raises UnicodeDecodeError out of
+            # receive_data on a header that is not UTF-8 (any peer can send one).
+            header_encoding=None,
             # Our own headers are well-formed; checking them costs ~10 % of a unary call.
             validate_outbound_headers=False,
             normalize_outbound_headers=False,
@@ -210,7 +212,7 @@ class GrpcConnection:
             self._half_closed(ev.stream_id, out)
         elif isinstance(ev, h2.events.StreamReset):
             if self._streams.pop(ev.stream_id, None) is not None:
-                out.append(CallReset(ev.stream_id, f"RST_STREAM {ev.error_code!s}"))
+                out.append(CallReset(ev.stream_id, f"RST_STREAM {_code_name(ev.error_code)}"))
         elif isinstance(ev, h2.events.ConnectionTerminated):  # only if a GOAWAY slipped by
             self.going_away = True
             out.append(PeerGoingAway(ev.last_stream_id or 0, int(ev.error_code or 0)))
@@ -219,7 +221,7 @@ class GrpcConnection:
 
     def _request(self, ev: h2.events.RequestReceived, out: list[Event]) -> None:
         sid = ev.stream_id
-        headers = {str(k): str(v) for k, v in ev.headers or ()}
+        headers = {_text(k): _text(v) for k, v in ev.headers or ()}
         if self.going_away:
             self._h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
             return
@@ -341,6 +343,21 @@ class GrpcConnection:
             stream.ended = True
         with contextlib.suppress(h2.exceptions.StreamClosedError):  # reset meanwhile
             self._h2.send_headers(sid, headers, end_stream=True)
+
+
+def _code_name(code: int | None) -> str:
+    """An HTTP/2 error code as ``CANCEL (8)`` (``str()`` of the IntEnum gives just ``8``)."""
+    number = int(code or 0)
+    try:
+        return f"{h2.errors.ErrorCodes(number).name} ({number})"
+    except ValueError:
+        return str(number)
+
+
+def _text(value: bytes | str) -> str:
+    """A header name or value as text; bytes that are not UTF-8 become U+FFFD (gRPC metadata
+    is ASCII, so only a broken or hostile peer sends them, and it gets no crash for it)."""
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
 
 
 def _check_request(headers: dict[str, str]) -> tuple[int, str] | None:
