@@ -1,0 +1,368 @@
+"""Interop driver for the official RocketMQ 5 Python client (``rocketmq-python-client``
+5.1.2, gRPC): ``python -I grpc_py_driver.py SCENARIO --endpoint HOST:PORT [options]``.
+
+It runs inside the client's throwaway environment (never the project's venv), with ``HOME``
+set to a scratch directory (the client logs to ``~/logs/rocketmq_python``), and prints one
+JSON object per line on stdout (``{"event": ..., ...}``). Every wait is bounded; a scenario
+that meets something unexpected prints ``{"event": "error", ...}`` and exits 1.
+
+Scenarios:
+
+``produce --plan FILE``
+    sends each message of the plan (a JSON list of ``{"topic", "body", "tag"?, "keys"?,
+    "properties"?, "deliver_at_s"?, "group"?}``) with one Producer; ``sent`` per message
+    (``message_id``, ``offset``, the queue the client picked).
+``receive --group G --topic T --count N``
+    one SimpleConsumer: ``receive(32, --invisible)`` until N messages came (or ``--within``
+    seconds passed), acking each; ``received`` per message (every field the client exposes).
+    Prints ``polling`` before each receive call.
+``invisible --group G --topic T --count N``
+    receive N, ack half; change the other half's invisible time to 1 s, try the stale
+    (pre-change) handle, wait for the redelivery, ack it with its new handle, then try the
+    old handles again; finally ``receive`` with an invisible time of 5 s (under the minimum).
+``longpoll --group G --topic T --await S``
+    one ``receive`` (long poll of S seconds) after ``polling``; ``received`` with how long it
+    took.
+``push --group G --topic T``
+    a PushConsumer whose listener fails messages by key: ``fail-once-*`` on their first
+    delivery, ``fail-always-*`` every time, the others never; ``consumed`` per call. Runs
+    until its standard input reaches end of file, then shuts down (``stopped``).
+``cycles --kind producer|simple|push --count N``
+    N start/shutdown cycles of one client kind (a producer sends one message per cycle).
+
+Every scenario ends with ``client_log`` (the ERROR lines of the client's own log file, and
+whether it has any traceback) and ``done``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+)
+
+_print_lock = threading.Lock()
+#: Seconds the client gives each unary RPC.
+REQUEST_TIMEOUT = 3
+
+
+def emit(event: str, **fields: Any) -> None:
+    """One JSON line on stdout, flushed at once (listeners run on the client's threads)."""
+    line = json.dumps({"event": event, **fields}, sort_keys=True)
+    with _print_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+class ScenarioError(Exception):
+    """Something the scenario did not expect (reported as an ``error`` event)."""
+
+
+def config(endpoint: str) -> ClientConfiguration:
+    return ClientConfiguration(endpoint, Credentials("", ""), request_timeout=REQUEST_TIMEOUT)
+
+
+def describe(msg: Any) -> dict[str, Any]:
+    """Everything the client exposes of a received message."""
+    body: bytes = msg.body or b""
+    return {
+        "message_id": msg.message_id,
+        "topic": msg.topic,
+        "tag": msg.tag,
+        "keys": sorted(msg.keys),
+        "properties": dict(msg.properties),
+        "body": body.decode("utf-8", "replace"),
+        "delivery_attempt": msg.delivery_attempt,
+        "message_group": msg.message_group,
+        "delivery_timestamp": msg.delivery_timestamp,
+        "born_timestamp": msg.born_timestamp,
+        "message_type": msg.message_type,
+        "receipt_handle": msg.receipt_handle,
+        "corrupted": msg.corrupted,
+    }
+
+
+def error_of(exc: BaseException) -> dict[str, Any]:
+    """An exception as the test checks it: its class, v2 code (if any) and text."""
+    code = getattr(exc, "code", None)
+    return {"type": type(exc).__name__, "code": code if isinstance(code, int) else None,
+            "text": str(exc)}  # fmt: skip
+
+
+def bounded(within: float) -> Callable[[], bool]:
+    """A predicate: whether ``within`` seconds are left of a deadline that starts now."""
+    deadline = time.monotonic() + within
+    return lambda: time.monotonic() < deadline
+
+
+# ------------------------------------------------------------------ scenarios
+def produce(args: argparse.Namespace) -> None:
+    plan = json.loads(Path(args.plan).read_text(encoding="utf-8"))
+    topics = sorted({item["topic"] for item in plan})
+    producer = Producer(config(args.endpoint), tuple(topics))
+    started = time.monotonic()
+    producer.startup()
+    emit("started", seconds=time.monotonic() - started)
+    try:
+        for index, item in enumerate(plan):
+            msg = Message()
+            msg.topic = item["topic"]
+            msg.body = item["body"].encode()
+            if item.get("tag"):
+                msg.tag = item["tag"]
+            if item.get("keys"):
+                add_keys(msg, item["keys"])
+            for name, value in item.get("properties", {}).items():
+                msg.add_property(name, value)
+            if item.get("deliver_at_s"):
+                # 5.1.2 puts this value into Timestamp.seconds as it is (its docstring says
+                # milliseconds): give it seconds.
+                msg.delivery_timestamp = int(item["deliver_at_s"])
+            if item.get("group"):
+                msg.message_group = item["group"]
+            receipt = producer.send(msg)
+            emit("sent", index=index, message_id=receipt.message_id, offset=receipt.offset,
+                 queue=receipt.message_queue.message_queue0().id)  # fmt: skip
+    finally:
+        producer.shutdown()
+
+
+def add_keys(msg: Any, keys: list[str]) -> None:
+    """``Message.keys`` is a property whose setter is declared ``keys(self, *keys)``, but an
+    assignment passes the one value assigned (a list fails its ``strip()`` check); each
+    assignment of one key adds it to the set."""
+    for key in keys:
+        msg.keys = key
+
+
+def simple_consumer(args: argparse.Namespace, await_s: int) -> SimpleConsumer:
+    sub = {args.topic: FilterExpression(args.expression)}
+    consumer = SimpleConsumer(config(args.endpoint), args.group, sub, await_duration=await_s)
+    started = time.monotonic()
+    consumer.startup()
+    emit("started", seconds=time.monotonic() - started)
+    return consumer
+
+
+def receive_until(
+    consumer: SimpleConsumer, wanted: Callable[[list[Any]], bool], invisible: int, within: float
+) -> list[Any]:
+    """Receive (one call at a time) until ``wanted(all received)`` or ``within`` seconds."""
+    got: list[Any] = []
+    left = bounded(within)
+    while not wanted(got) and left():
+        emit("polling")
+        got += consumer.receive(32, invisible)
+    return got
+
+
+def receive(args: argparse.Namespace) -> None:
+    consumer = simple_consumer(args, args.await_s)
+    try:
+        seen: set[str] = set()
+        left = bounded(args.within)
+        while len(seen) < args.count and left():
+            emit("polling")
+            for msg in consumer.receive(32, args.invisible):
+                seen.add(msg.message_id)
+                emit("received", **describe(msg))
+                consumer.ack(msg)
+                emit("acked", message_id=msg.message_id)
+    finally:
+        consumer.shutdown()
+
+
+def invisible(args: argparse.Namespace) -> None:
+    consumer = simple_consumer(args, args.await_s)
+    try:
+        first = receive_until(consumer, lambda got: len(got) >= args.count, 15, args.within)
+        for msg in first:
+            emit("received", **describe(msg))
+        if len(first) != args.count:
+            raise ScenarioError(f"received {len(first)} messages, expected {args.count}")
+        first.sort(key=lambda m: m.message_id)
+        acked, changed = first[: args.count // 2], first[args.count // 2 :]
+        for msg in acked:
+            consumer.ack(msg)
+            emit("acked", message_id=msg.message_id)
+        originals: dict[str, str] = {}
+        renewed: dict[str, str] = {}
+        for msg in changed:
+            originals[msg.message_id] = msg.receipt_handle
+            consumer.change_invisible_duration(msg, 1)
+            renewed[msg.message_id] = msg.receipt_handle
+            emit("changed", message_id=msg.message_id, old_handle=originals[msg.message_id],
+                 new_handle=msg.receipt_handle)  # fmt: skip
+            emit("stale_ack", message_id=msg.message_id, stage="after change",
+                 **try_ack(consumer, msg, originals[msg.message_id]))  # fmt: skip
+        ids = set(originals)
+
+        def all_back(got: list[Any]) -> bool:
+            return ids <= {m.message_id for m in got}
+
+        again = receive_until(consumer, all_back, 15, args.within)
+        for msg in again:
+            emit("redelivered", **describe(msg))
+        for msg in again:
+            if msg.message_id not in ids:
+                continue
+            for name, handle in (("original", originals), ("changed", renewed)):
+                emit("stale_ack", message_id=msg.message_id, stage=f"redelivered, {name}",
+                     **try_ack(consumer, msg, handle[msg.message_id]))  # fmt: skip
+            emit("new_ack", message_id=msg.message_id,
+                 **try_ack(consumer, msg, msg.receipt_handle))  # fmt: skip
+        try:
+            result = consumer.receive(32, 5)
+            emit("short_invisible", ok=True, received=len(result))
+        except Exception as exc:
+            emit("short_invisible", ok=False, **error_of(exc))
+    finally:
+        consumer.shutdown()
+
+
+def try_ack(consumer: SimpleConsumer, msg: Any, handle: str) -> dict[str, Any]:
+    """Ack ``msg`` with ``handle`` (its own handle is put back afterwards)."""
+    own = msg.receipt_handle
+    msg.receipt_handle = handle
+    try:
+        consumer.ack(msg)
+    except Exception as exc:
+        return {"ok": False, **error_of(exc)}
+    finally:
+        msg.receipt_handle = own
+    return {"ok": True}
+
+
+def longpoll(args: argparse.Namespace) -> None:
+    consumer = simple_consumer(args, args.await_s)
+    try:
+        emit("polling")
+        started = time.monotonic()
+        got = consumer.receive(32, 15)
+        emit("received", seconds=time.monotonic() - started,
+             messages=[describe(m) for m in got])  # fmt: skip
+        for msg in got:
+            consumer.ack(msg)
+    finally:
+        consumer.shutdown()
+
+
+class KeyedListener(MessageListener):  # type: ignore[misc]
+    """Fails ``fail-once-*`` keys on their first delivery and ``fail-always-*`` always."""
+
+    def consume(self, message: Any) -> Any:
+        keys = sorted(message.keys)
+        key = keys[0] if keys else ""
+        attempt = message.delivery_attempt
+        fail = key.startswith("fail-always-") or (key.startswith("fail-once-") and attempt == 1)
+        emit("consumed", key=key, at=time.time(), failed=fail, **describe(message))
+        return ConsumeResult.FAILURE if fail else ConsumeResult.SUCCESS
+
+
+def push_consumer(args: argparse.Namespace) -> PushConsumer:
+    sub = {args.topic: FilterExpression(args.expression)}
+    return PushConsumer(config(args.endpoint), args.group, KeyedListener(), sub,
+                        consumption_thread_count=4)  # fmt: skip
+
+
+def push(args: argparse.Namespace) -> None:
+    consumer = push_consumer(args)
+    started = time.monotonic()
+    consumer.startup()
+    emit("started", seconds=time.monotonic() - started)
+    try:
+        sys.stdin.read()  # until the test closes our standard input
+    finally:
+        emit("stopping")
+        consumer.shutdown()
+        emit("stopped")
+
+
+def cycles(args: argparse.Namespace) -> None:
+    for i in range(args.count):
+        t0 = time.monotonic()
+        client: Any
+        if args.kind == "producer":
+            client = Producer(config(args.endpoint), (args.topic,))
+        elif args.kind == "simple":
+            sub = {args.topic: FilterExpression("*")}
+            client = SimpleConsumer(config(args.endpoint), args.group, sub, await_duration=5)
+        else:
+            client = push_consumer(args)
+        client.startup()
+        t1 = time.monotonic()
+        if args.kind == "producer":
+            msg = Message()
+            msg.topic, msg.body = args.topic, f"cycle {i}".encode()
+            client.send(msg)
+        t2 = time.monotonic()
+        client.shutdown()
+        emit("cycle", index=i, startup=t1 - t0, shutdown=time.monotonic() - t2)
+
+
+SCENARIOS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "produce": produce,
+    "receive": receive,
+    "invisible": invisible,
+    "longpoll": longpoll,
+    "push": push,
+    "cycles": cycles,
+}
+
+
+def client_log() -> None:
+    """Report the ERROR lines (and any traceback) of the client's own log file."""
+    path = Path(os.path.expanduser("~")) / "logs" / "rocketmq_python" / "rocketmq_client.log"
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    errors = [line for line in text.splitlines() if "[ERROR]" in line]
+    emit("client_log", errors=errors[:50], traceback="Traceback" in text, lines=text.count("\n"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("--endpoint", required=True, help="HOST:PORT of the gRPC port")
+    parser.add_argument("--plan", help="produce: the JSON message plan")
+    parser.add_argument("--topic")
+    parser.add_argument("--group")
+    parser.add_argument("--expression", default="*")
+    parser.add_argument("--count", type=int, default=1)
+    parser.add_argument("--invisible", type=int, default=15, help="seconds")
+    parser.add_argument("--await", dest="await_s", type=int, default=5, help="seconds")
+    parser.add_argument("--within", type=float, default=30.0, help="seconds")
+    parser.add_argument("--kind", choices=("producer", "simple", "push"), default="producer")
+    args = parser.parse_args()
+    code = 0
+    try:
+        SCENARIOS[args.scenario](args)
+    except Exception as exc:
+        emit("error", **error_of(exc), traceback=traceback.format_exc())
+        code = 1
+    client_log()
+    emit("done", code=code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
