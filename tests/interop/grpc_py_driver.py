@@ -58,6 +58,7 @@ from rocketmq import (
     PushConsumer,
     SimpleConsumer,
 )
+from rocketmq.grpc_protocol import Code
 
 _print_lock = threading.Lock()
 #: Seconds the client gives each unary RPC.
@@ -101,10 +102,16 @@ def describe(msg: Any) -> dict[str, Any]:
 
 
 def error_of(exc: BaseException) -> dict[str, Any]:
-    """An exception as the test checks it: its class, v2 code (if any) and text."""
+    """An exception as the test checks it: its class, v2 code and the code's name (if it
+    has one) and text."""
     code = getattr(exc, "code", None)
-    return {"type": type(exc).__name__, "code": code if isinstance(code, int) else None,
-            "text": str(exc)}  # fmt: skip
+    if not isinstance(code, int):
+        return {"type": type(exc).__name__, "code": None, "name": None, "text": str(exc)}
+    try:
+        name = Code.Name(code)
+    except ValueError:
+        name = None
+    return {"type": type(exc).__name__, "code": code, "name": name, "text": str(exc)}
 
 
 def bounded(within: float) -> Callable[[], bool]:

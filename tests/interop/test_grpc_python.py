@@ -341,13 +341,16 @@ async def test_delayed_message_reaches_simple_consumer_as_sent(
 
 # ------------------------------------------------------------------ 2. Remoting → official
 REV_TOPIC = "GrpcFromRemoting"
+#: Over the Remoting producer's 4 KiB compression threshold.
+LARGE_BODY = "".join(f"{i:05d}:{i * 7919 % 10007:05d};" for i in range(600)).encode()
 
 
 async def test_remoting_producer_to_simple_consumer(
     py_grpc: Callable[[Running], PyGrpc], tmp_path: Path
 ) -> None:
     """What trimq's Remoting producer sends, the official SimpleConsumer receives intact,
-    with message_id = UNIQ_KEY."""
+    with message_id = UNIQ_KEY; a large body the producer zlib-compressed is delivered as
+    GZIP-encoded and inflated by the client."""
     with trio.fail_after(TEST_TIMEOUT):
         async with grpc_broker(tmp_path) as broker:
             py = py_grpc(broker)
@@ -356,6 +359,7 @@ async def test_remoting_producer_to_simple_consumer(
                         properties={"color": "red", "trace": "x y"}),
                 Message(REV_TOPIC, b"second", tag="TagB", keys=["b-1"]),
                 Message(REV_TOPIC, b"no tag, no keys", properties={"n": "3"}),
+                Message(REV_TOPIC, LARGE_BODY, tag="Large", keys=["large"]),
             ]  # fmt: skip
             async with Producer(broker.remoting) as producer:
                 receipts = [await producer.send(m) for m in messages]
@@ -363,6 +367,8 @@ async def test_remoting_producer_to_simple_consumer(
                 "consumer", "receive", "--group", "rev-grpc", "--topic", REV_TOPIC,
                 "--count", str(len(messages)), "--within", "20",
             )  # fmt: skip
+            (large,) = broker.handle.broker.store.messages_by_key(REV_TOPIC, "large")
+            assert decode_record(large)[0].sys_flag & 1, "the large body was not compressed"
             got = {e["message_id"]: e for e in run.of("received")}
             assert set(got) == {r.message_id for r in receipts}, run.report()
             assert len(run.of("acked")) == len(messages), run.report()
@@ -413,6 +419,7 @@ async def test_simple_consumer_ack_and_change_invisible(
             assert {e["message_id"] for e in after_change} == set(changed), report
             for event in after_change:
                 assert not event["ok"] and event["code"] == 40013, report
+                assert event["name"] == "INVALID_RECEIPT_HANDLE", report
                 assert event["type"] == "BadRequestException", report
 
             # Redelivered (only the changed ones), attempt 2, with a handle of their own.
@@ -427,10 +434,11 @@ async def test_simple_consumer_ack_and_change_invisible(
             assert {e["message_id"] for e in new_acks} == set(changed), report
             assert all(e["ok"] for e in new_acks), report
             for event in run.of("stale_ack"):
-                assert not event["ok"] and event["code"] == 40013, report
+                assert not event["ok"] and event["name"] == "INVALID_RECEIPT_HANDLE", report
 
             (short,) = run.of("short_invisible")
             assert not short["ok"] and short["code"] == 40011, report
+            assert short["name"] == "ILLEGAL_INVISIBLE_TIME", report
             assert short["type"] == "BadRequestException", report
 
             # Nothing is left in flight for the group.
