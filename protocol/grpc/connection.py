@@ -176,7 +176,8 @@ class GrpcConnection:
         return len(self._streams)
 
     def close(self, error_code: int = 0) -> None:
-        """Queue our GOAWAY (the last stream we saw); nothing more is sent after it."""
+        """Queue our GOAWAY (the last stream we saw); nothing more is sent after it (later
+        :meth:`send_message` and :meth:`end_call` do nothing)."""
         if not self.closed:
             self.closed = True
             self._h2.close_connection(error_code)
@@ -274,8 +275,8 @@ class GrpcConnection:
     def send_message(self, stream_id: int, payload: bytes) -> None:
         """Queue one response message (the response headers go first, once)."""
         stream = self._streams.get(stream_id)
-        if stream is None or stream.trailers is not None:
-            return  # the call is over (reset by the client): nothing to send
+        if stream is None or stream.trailers is not None or self.closed:
+            return  # the call is over (reset by the client), or the connection: nothing to send
         self._start(stream_id, stream)
         data = encode_message(payload)
         stream.pending.append(memoryview(data))
@@ -286,8 +287,8 @@ class GrpcConnection:
         """End a call with its status: trailers after the queued messages, or Trailers-Only
         (one HEADERS frame) when nothing was sent. Ending an ended call does nothing."""
         stream = self._streams.get(stream_id)
-        if stream is None or stream.trailers is not None:
-            return
+        if stream is None or stream.trailers is not None or self.closed:
+            return  # after our GOAWAY (or a broken connection) h2 sends nothing more
         trailers = [("grpc-status", str(int(status)))]
         if message:
             trailers.append(("grpc-message", percent_encode(message)))

@@ -651,6 +651,32 @@ def test_close_sends_goaway_once() -> None:
     assert sum(isinstance(e, h2.events.ConnectionTerminated) for e in pair.client_events) == 1
 
 
+def test_sends_after_close_do_nothing() -> None:
+    # A call task still running when the server closed the connection (a stop that ran out
+    # of time) must not make h2 raise on its closed state machine.
+    pair = Pair()
+    sid = pair.request(b"x")
+    pair.to_server()
+    pair.server.close()
+    pair.server.send_message(sid, b"late")
+    pair.server.end_call(sid, GrpcStatus.OK)
+    pair.to_client()
+    assert sid not in pair.seen
+    assert any(isinstance(e, h2.events.ConnectionTerminated) for e in pair.client_events)
+
+
+def test_sends_after_a_connection_error_do_nothing() -> None:
+    pair = Pair()
+    sid = pair.request(b"x")
+    pair.to_server()
+    with pytest.raises(GrpcConnectionError):
+        pair.server.receive_data(b"\x00\x00\x01\x00\x00\x00\x00\x00\x00x")
+    pair.server.send_message(sid, b"late")
+    pair.server.end_call(sid, GrpcStatus.INTERNAL, "late")
+    pair.to_client()
+    assert sid not in pair.seen
+
+
 def test_ping_is_answered() -> None:
     pair = Pair()
     pair.client.ping(b"12345678")
