@@ -153,6 +153,10 @@ class TimerService:
             k: v for k, v in msg.properties.items() if k not in TIMER_PROPERTIES and k != CRC32
         }
         props[TIMER_SRC] = f"{due.queue_id}:{due.queue_offset}"
+        # The delivery time stays on the copy (RocketMQ's TIMER_OUT_MS): the gRPC front end
+        # delivers it as the message's delivery timestamp, with message type DELAY.
+        if TIMER_OUT_MS in msg.properties:
+            props[TIMER_OUT_MS] = msg.properties[TIMER_OUT_MS]
         topic = msg.properties.get(REAL_TOPIC, "")
         queue_id = int(msg.properties.get(REAL_QID, "0") or 0)
         self.topics.ensure(topic, queue_id + 1)

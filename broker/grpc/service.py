@@ -36,6 +36,7 @@ from protocol.grpc import schema
 from protocol.grpc.codes import Code, GrpcStatus
 from protocol.grpc.convert import (
     COMPRESSED_FLAG,
+    SHARDING_KEY,
     MessageRejected,
     decode_handle,
     duration_ms,
@@ -231,7 +232,7 @@ class MessagingService:
             return status(Code.UNSUPPORTED, "transactional messages are not supported yet")
         try:
             props = properties_of(message)
-            queue_id = self._queue_for(topic, props.get("SHARDING_KEY"))
+            queue_id = self._queue_for(topic, props.get(SHARDING_KEY))
             outcome = await broker.sends.send(
                 SendRequest(
                     topic,

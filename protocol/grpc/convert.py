@@ -2,7 +2,7 @@
 does, so that one store serves both front ends.
 
 A message sent over gRPC is stored as a Remoting producer would store it (``UNIQ_KEY`` = the
-client's ``message_id``, ``TAGS``, ``KEYS`` space-joined, ``SHARDING_KEY`` = the message
+client's ``message_id``, ``TAGS``, ``KEYS`` space-joined, ``__SHARDINGKEY`` = the message
 group, ``TIMER_DELIVER_MS`` = the delivery time, the user properties as plain properties); a
 stored record is delivered over gRPC with ``message_id`` = ``UNIQ_KEY`` (else the offset id),
 its tag, keys and user properties, an MD5 body digest in upper-case hex (the one format both
@@ -30,6 +30,7 @@ from protocol.properties import (
     TAGS,
     TIMER_DELAY_SEC,
     TIMER_DELIVER_MS,
+    TIMER_OUT_MS,
     TRAN_MSG,
     UNIQ_KEY,
     join_keys,
@@ -37,7 +38,8 @@ from protocol.properties import (
 )
 from protocol.receipt import ExtraInfo
 
-SHARDING_KEY: Final = "SHARDING_KEY"
+#: RocketMQ's ``MessageConst.PROPERTY_SHARDING_KEY``: a FIFO message's group.
+SHARDING_KEY: Final = "__SHARDINGKEY"
 TRACE_CONTEXT: Final = "TRACE_CONTEXT"
 DLQ_ORIGIN_TOPIC: Final = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID: Final = "DLQ_ORIGIN_MESSAGE_ID"
@@ -56,10 +58,10 @@ SYSTEM_PROPERTY_NAMES: Final = frozenset(
         "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME",
         "PUSH_REPLY_TIME", "CLUSTER", "MSG_TYPE", "__transactionId__", "TRANSACTION_CHECK_TIMES",
         CHECK_IMMUNITY_TIME_IN_SECONDS, SHARDING_KEY, TIMER_DELIVER_MS, TIMER_DELAY_SEC,
-        "TIMER_DELAY_MS", "TIMER_OUT_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
+        "TIMER_DELAY_MS", TIMER_OUT_MS, "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
         "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY", "BORN_HOST", "BORN_TIMESTAMP",
         DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID, TRACE_CONTEXT, "INNER_NUM", "INNER_BASE",
-        "__CRC32#", "ORIGIN_TOPIC", "REVIVE_DEADLINE_MS",
+        "__CRC32#", "ORIGIN_TOPIC", "REVIVE_DEADLINE_MS", "TIMER_SRC",
     }
 )  # fmt: skip
 
@@ -159,7 +161,7 @@ def message_type_of(props: Mapping[str, str]) -> schema.MessageType:
         return schema.MessageType.TRANSACTION
     if SHARDING_KEY in props:
         return schema.MessageType.FIFO
-    if TIMER_DELIVER_MS in props or TIMER_DELAY_SEC in props:
+    if TIMER_DELIVER_MS in props or TIMER_DELAY_SEC in props or TIMER_OUT_MS in props:
         return schema.MessageType.DELAY
     return schema.MessageType.NORMAL
 
@@ -207,8 +209,13 @@ def to_message(msg: MessageExt, *, receipt_handle: str | None = None, invisible_
 
 
 def _delivery_ms(props: Mapping[str, str]) -> int | None:
-    value = props.get(TIMER_DELIVER_MS, "")
-    return int(value) if value.isdigit() else None
+    """When a delayed message was due: ``TIMER_DELIVER_MS`` as sent, or ``TIMER_OUT_MS`` on
+    the copy the timer delivered."""
+    for name in (TIMER_DELIVER_MS, TIMER_OUT_MS):
+        value = props.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 # ------------------------------------------------------------------ receipt handles
