@@ -35,7 +35,7 @@ with py-spy (``--py-spy``, raw format, 200 Hz, ``--profile-seconds``) into
 ``FILE.<workload>.txt`` and prints the top self and inclusive costs.
 
 Usage: python -m benchmarks.bench_grpc [--rounds 5] [--n-sync 2000] [--n-async 6000]
-    [--n-recv 3008] [--profile /tmp/grpc-profile [--profile-gil]]
+    [--n-recv 3008] [--profile /tmp/grpc-profile [--profile-gil]] [--broker-root CHECKOUT]
 """
 
 from __future__ import annotations
@@ -131,15 +131,16 @@ def wait_for_line(path: Path, proc: subprocess.Popen[Any], marker: str) -> dict[
 
 
 @contextmanager
-def trimq_server(work: Path) -> Iterator[tuple[int, int, int]]:
-    """``python -m broker`` on 127.0.0.1 with free Remoting and gRPC ports and a data dir in
-    ``work``; yields (pid, port, grpc_port) from its started line; stopped by pid."""
+def trimq_server(work: Path, root: Path | None = None) -> Iterator[tuple[int, int, int]]:
+    """``python -m broker`` (of checkout ``root``, default this one) on 127.0.0.1 with free
+    Remoting and gRPC ports and a data dir in ``work``; yields (pid, port, grpc_port) from its
+    started line; stopped by pid."""
     log_path = work / "broker.log"
     argv = [sys.executable, "-m", "broker", "--host", "127.0.0.1", "--port", "0"]
     argv += ["--grpc-port", "0", "--data-dir", str(work / "broker-data")]
     env = {**os.environ, "TRIMQ_SEGMENT_SIZE": str(256 * 1024 * 1024)}
     with log_path.open("wb") as log:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=log)
+        proc = subprocess.Popen(argv, cwd=root or ROOT, env=env, stdout=log, stderr=log)
     try:
         started = wait_for_line(log_path, proc, '"broker started"')
         yield proc.pid, int(started["port"]), int(started["grpc_port"])
@@ -421,6 +422,12 @@ def main() -> None:
     ap.add_argument("--client-python", type=Path, default=None,
                     help="python of the official client's venv (default: scripts.interop_setup "
                     "ensure('py-grpc'))")  # fmt: skip
+    ap.add_argument(
+        "--broker-root",
+        type=Path,
+        default=None,
+        help="run the broker of this checkout (e.g. a clean git worktree)",
+    )
     ap.add_argument("--profile", type=Path, default=None, help="py-spy output prefix")
     ap.add_argument("--profile-workloads", default="send_sync")
     ap.add_argument("--profile-seconds", type=int, default=10)
@@ -448,7 +455,7 @@ def main() -> None:
         home.mkdir()
         env = {**os.environ, "HOME": str(home), "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("PYTHONPATH", None)
-        pid, port, grpc_port = stack.enter_context(trimq_server(work))
+        pid, port, grpc_port = stack.enter_context(trimq_server(work, args.broker_root))
         null_pid, null_port = stack.enter_context(null_server(python, env, work, args.size))
         targets = {
             "trimq": Target("trimq", pid, f"127.0.0.1:{grpc_port}"),
