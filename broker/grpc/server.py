@@ -8,12 +8,18 @@ ALPN ``h2``, anything else is plaintext HTTP/2 — the proxy's rule, so the Java
 TLS default and the Python/Node clients' plaintext default work on the same port.
 
 A :class:`~protocol.grpc.connection.GrpcConnection` turns the bytes into call events. One
-nursery per connection holds the reader (this task) and one task per call; each call task runs
+nursery per connection holds the reader, the writer and one task per call; each call task runs
 under a cancel scope whose deadline is the call's ``grpc-timeout`` and which the reader cancels
 when the client resets the stream. What a call writes goes through the connection object and
-out in :meth:`_Link.flush` (one writer at a time, FIFO); a call that has more queued than the
-client's flow-control window admits waits (:meth:`_Link.wait_writable`), so a client that
-stops reading holds only its own call.
+out through the writer task (:meth:`_Link.flush` hands it over and waits): only the writer
+touches the socket, so a call cancelled mid-write cannot tear the byte stream every call
+shares. A call that has more queued than the client's flow-control window admits waits
+(:meth:`_Link.wait_writable`), so a client that stops reading holds only its own call.
+
+A stop (the server's cancellation) is graceful per connection and bounded: that nursery is
+shielded from it, and the connection's handler task first refuses new calls, ends the calls
+that wait for the client (Telemetry) with UNAVAILABLE, gives the others a moment to answer (a
+receive the broker's stop woke answers MESSAGE_NOT_FOUND), then sends GOAWAY and closes.
 
 What the server runs is a :class:`Service`: it maps a method path to a handler
 (:mod:`broker.grpc.service`). A handler gets a :class:`Call` and the decoded request, and
@@ -48,8 +54,17 @@ _log = get_logger("grpc")
 RECEIVE_SIZE = 65536
 #: Response bytes a call may have queued beyond the peer's window before it waits.
 _HIGH_WATER = 256 * 1024
-#: A client that says nothing for this long after connecting is dropped before TLS sniffing.
+#: A client that says nothing for this long after connecting is dropped before TLS sniffing
+#: (and a TLS client gets as long for its handshake).
 FIRST_BYTE_TIMEOUT_S = 10.0
+#: On a server stop: how long calls whose request is complete get to finish by themselves,
+#: and how long the whole graceful close of a connection may take.
+STOP_GRACE_S = 1.0
+STOP_TIMEOUT_S = 2.0
+#: How long a connection's last frames (GOAWAY) may take to write.
+_LAST_WRITE_S = 1.0
+#: Bytes queued for the writer beyond which the reader stops reading until they are out.
+_READER_HIGH_WATER = 1024 * 1024
 ListenerT = TypeVar("ListenerT", bound=trio.abc.Listener[Any])
 
 
@@ -125,22 +140,97 @@ class GrpcStatistics:
 
 
 class _Link:
-    """One connection's protocol object and socket, shared by its reader and call tasks."""
+    """One connection's protocol object and socket, shared by its reader, writer and calls.
+
+    Only the writer task (:meth:`run_writer`) writes to the socket. A write that a
+    cancellation interrupts leaves the HTTP/2 byte stream torn (h2 already handed the bytes
+    over, HPACK state included), so no call task ever writes itself: a call's deadline or
+    reset could otherwise break every other call of the connection.
+    """
 
     def __init__(self, stream: trio.abc.Stream, protocol: GrpcConnection, peer: str) -> None:
         self.stream = stream
         self.protocol = protocol
         self.peer = peer
-        self._lock = trio.StrictFIFOLock()
         # Woken after every read: the peer's window updates arrive that way.
         self._window = trio.Event()
+        self._out: list[bytes] = []
+        self._queued = 0  # bytes handed to the writer, in total
+        self._written = 0  # bytes the writer wrote, in total
+        self._has_data = trio.Event()
+        self._progress = trio.Event()
+        #: The socket broke (or a write was cut): nothing more can be written.
+        self.failed = False
+        self._writing = False
+        # Until the writer task ends (then what is left goes out with write_last).
+        self._writer_alive = True
+
+    @property
+    def written(self) -> int:
+        """Bytes the writer wrote, in total."""
+        return self._written
+
+    def take(self) -> int:
+        """Hand what the protocol has for the socket to the writer; the total handed."""
+        data = self.protocol.data_to_send()
+        if data:
+            self._out.append(data)
+            self._queued += len(data)
+            self._has_data.set()
+        return self._queued
 
     async def flush(self) -> None:
-        """Write whatever the protocol has for the socket."""
-        async with self._lock:
-            data = self.protocol.data_to_send()
-            if data:
+        """Write whatever the protocol has for the socket (wait until the writer did).
+
+        Returns at once if the connection broke (its tasks are being cancelled) or the writer
+        is gone (:meth:`write_last` sends the rest).
+        """
+        target = self.take()
+        await trio.lowlevel.checkpoint()
+        while self._written < target and self._writer_alive and not self.failed:
+            await self._progress.wait()
+
+    async def run_writer(self, on_failure: trio.CancelScope) -> None:
+        """Write what :meth:`take` queues, in order, until cancelled; a broken socket cancels
+        ``on_failure`` (the connection)."""
+        try:
+            while True:
+                if not self._out:
+                    await self._has_data.wait()
+                    self._has_data = trio.Event()
+                    continue
+                data = b"".join(self._out)
+                self._out.clear()
+                self._writing = True
                 await self.stream.send_all(data)
+                self._writing = False
+                self._written += len(data)
+                self._wake_progress()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.failed = True
+            self._wake_progress()
+            on_failure.cancel()
+        finally:
+            if self._writing:  # cut mid-write: the byte stream is torn
+                self.failed = True
+            self._writer_alive = False
+            self._wake_progress()
+
+    async def write_last(self) -> None:
+        """Write what is left after the writer stopped (the connection's last words)."""
+        if self.failed:
+            return
+        self.take()
+        data, self._out = b"".join(self._out), []
+        if data:
+            try:
+                await self.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.failed = True
+
+    def _wake_progress(self) -> None:
+        self._progress.set()
+        self._progress = trio.Event()
 
     def windows_changed(self) -> None:
         """Bytes were read: wake the calls waiting for a window."""
@@ -170,6 +260,10 @@ class Call:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     reset: bool = False
     ended: bool = False
+    #: The client sent all its request messages.
+    half_closed: bool = False
+    #: Why the server cut the call short (the status to end it with), if it did.
+    aborted: tuple[GrpcStatus, str] | None = None
 
     @property
     def client_id(self) -> str:
@@ -213,6 +307,12 @@ class Call:
             self.ended = True
             self.link.protocol.end_call(self.stream_id, status, message)
 
+    def abort(self, status: GrpcStatus, message: str) -> None:
+        """Cancel the handler; the call ends with ``status`` (unless it ended already)."""
+        if self.aborted is None:
+            self.aborted = (status, message)
+        self.scope.cancel()
+
 
 async def serve_grpc(
     service: Service,
@@ -223,7 +323,10 @@ async def serve_grpc(
     ssl_context: ssl.SSLContext | None,
     task_status: trio.TaskStatus[list[ListenerT]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
-    """Serve gRPC on ``listeners`` until cancelled; reports them when listening."""
+    """Serve gRPC on ``listeners`` until cancelled; reports them when listening.
+
+    Cancelling it is a graceful stop of every connection (see :func:`handle_grpc_stream`).
+    """
     await trio.serve_listeners(
         partial(handle_grpc_stream, service, limits, state, ssl_context),
         listeners,
@@ -238,42 +341,133 @@ async def handle_grpc_stream(
     ssl_context: ssl.SSLContext | None,
     stream: trio.abc.Stream,
 ) -> None:
-    """Serve one connection until it closes or breaks; the stream is always closed."""
+    """Serve one connection until it closes or breaks; the stream is always closed.
+
+    Cancelling it stops the connection gracefully, bounded by :data:`STOP_TIMEOUT_S`: no new
+    calls; calls still reading from the client (a Telemetry stream) end at once with
+    UNAVAILABLE, the others (a unary call, a receive the stop woke) get up to
+    :data:`STOP_GRACE_S` to finish by themselves; then GOAWAY, and the socket is closed.
+    Nothing that one connection does (or suffers) escapes to the listener.
+    """
     peer = peer_of(stream)
     if state.connections >= limits.max_connections:
         state.refused += 1
-        await stream.aclose()
+        await trio.aclose_forcefully(stream)
         return
     state.connections += 1
     state.accepted += 1
     try:
-        with trio.move_on_after(FIRST_BYTE_TIMEOUT_S) as sniff:
+        ready = False
+        with trio.move_on_after(FIRST_BYTE_TIMEOUT_S):
             tls = await _speaks_tls(stream)
-        if sniff.cancelled_caught:
-            return
-        if tls:
-            if ssl_context is None:
-                _log.info("TLS connection refused: no certificate configured", peer=peer)
-                return
-            state.tls += 1
-            stream = trio.SSLStream(stream, ssl_context, server_side=True)
+            if tls is None:
+                return  # the peer closed or reset first
+            if tls:
+                if ssl_context is None:
+                    _log.info("TLS connection refused: no certificate configured", peer=peer)
+                    return
+                state.tls += 1
+                ssl_stream = trio.SSLStream(stream, ssl_context, server_side=True)
+                stream = ssl_stream
+                await ssl_stream.do_handshake()
+            ready = True
+        if not ready:
+            return  # silent for too long (before its first byte, or in the TLS handshake)
         await _serve_connection(service, limits, state, stream, peer)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
+    except Exception:  # a bug of ours must take down this connection only
+        state.broken += 1
+        _log.exception("gRPC connection failed", peer=peer)
     finally:
         state.connections -= 1
         service.connection_closed(peer)
-        with trio.CancelScope(shield=True):
-            await stream.aclose()
+        await trio.aclose_forcefully(stream)
 
 
-async def _speaks_tls(stream: trio.abc.Stream) -> bool:
-    """Whether the first byte is a TLS handshake record (0x16), without consuming it."""
+async def _speaks_tls(stream: trio.abc.Stream) -> bool | None:
+    """Whether the first byte is a TLS handshake record (0x16), without consuming it; None
+    when the peer closed or reset the connection first."""
     sock = getattr(stream, "socket", None)
     if sock is None:
         return False  # memory streams in tests: plaintext
-    first = await sock.recv(1, socket.MSG_PEEK)
-    return bool(first) and first[0] == 0x16
+    try:
+        first = await sock.recv(1, socket.MSG_PEEK)
+    except OSError:
+        return None
+    if not first:
+        return None
+    return bool(first[0] == 0x16)
+
+
+class _Connection:
+    """One connection's tasks: the reader, the writer and a task per call, in a nursery
+    that the server's cancellation does not reach (it is shielded): the handler task
+    stops it gracefully first (:meth:`stop`), then cancels :attr:`scope`."""
+
+    def __init__(
+        self, service: Service, state: GrpcServerState, link: _Link, limits: GrpcLimits
+    ) -> None:
+        self.service = service
+        self.state = state
+        self.link = link
+        self.limits = limits
+        self.calls: dict[int, Call] = {}
+        self.scope = trio.CancelScope(shield=True)
+        self.done = trio.Event()
+        self._calls_changed = trio.Event()
+        #: The reader's scope: cancelled when the client's GOAWAY has been drained.
+        self._read_scope = trio.CancelScope()
+        self._stopping = False
+
+    async def run(self) -> None:
+        """Serve until the peer leaves, the connection breaks or :attr:`scope` is cancelled."""
+        link = self.link
+        try:
+            with self.scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(link.run_writer, nursery.cancel_scope)
+                    try:
+                        with self._read_scope:
+                            await _read(self.service, self.state, link, self.calls, nursery, self)
+                        # Our last frames (h2's GOAWAY after a protocol error, ours after the
+                        # client's), bounded: a peer that does not read gets no more time.
+                        with trio.move_on_after(_LAST_WRITE_S):
+                            if not link.protocol.closed and link.protocol.going_away:
+                                link.protocol.close()
+                            await link.flush()
+                    finally:
+                        nursery.cancel_scope.cancel()
+        finally:
+            self.done.set()
+
+    def call_ended(self) -> None:
+        """A call ended: wake :meth:`stop`; the last call after the client's GOAWAY ends the
+        connection (the reader would otherwise wait for bytes that never come)."""
+        self._calls_changed.set()
+        self._calls_changed = trio.Event()
+        if self.link.protocol.going_away and not self.calls and not self._stopping:
+            self._read_scope.cancel()
+
+    async def stop(self) -> None:
+        """A graceful stop (run shielded, under a deadline, by the handler task)."""
+        protocol, link = self.link.protocol, self.link
+        self._stopping = True
+        protocol.going_away = True  # new streams are refused from now on
+        for call in list(self.calls.values()):
+            if not call.half_closed:  # waits for the client (Telemetry): end it now
+                call.abort(GrpcStatus.UNAVAILABLE, "broker stopping")
+        with trio.move_on_after(STOP_GRACE_S):
+            while self.calls:
+                await self._calls_changed.wait()
+        for call in list(self.calls.values()):
+            call.abort(GrpcStatus.UNAVAILABLE, "broker stopping")
+        while self.calls:  # they end at their next checkpoint
+            await self._calls_changed.wait()
+        await link.flush()  # the trailers, as far as the windows let them
+        if not protocol.closed:
+            protocol.close()
+        await link.flush()
 
 
 async def _serve_connection(
@@ -289,13 +483,24 @@ async def _serve_connection(
     )
     link = _Link(stream, protocol, peer)
     protocol.initiate()
-    await link.flush()
-    calls: dict[int, Call] = {}
-    async with trio.open_nursery() as nursery:
+    link.take()
+    connection = _Connection(service, state, link, limits)
+    async with trio.open_nursery() as guard:
+        guard.start_soon(connection.run)
         try:
-            await _read(service, state, link, calls, nursery)
+            await connection.done.wait()
         finally:
-            nursery.cancel_scope.cancel()
+            if not connection.done.is_set():  # the server stops
+                with trio.CancelScope(shield=True) as bound:
+                    bound.deadline = trio.current_time() + STOP_TIMEOUT_S
+                    await connection.stop()
+            connection.scope.cancel()
+    # The writer is gone; what it had not written yet goes now, with our GOAWAY, bounded.
+    if not protocol.closed:
+        protocol.close()
+    with trio.CancelScope(shield=True) as bound:
+        bound.deadline = trio.current_time() + _LAST_WRITE_S
+        await link.write_last()
 
 
 async def _read(
@@ -304,6 +509,7 @@ async def _read(
     link: _Link,
     calls: dict[int, Call],
     nursery: trio.Nursery,
+    connection: _Connection,
 ) -> None:
     protocol = link.protocol
     while True:
@@ -313,13 +519,14 @@ async def _read(
             return
         if not data:
             return
+        if protocol.closed:
+            continue  # our GOAWAY is out: the peer's last frames mean nothing now
         try:
             events = protocol.receive_data(data)
         except GrpcConnectionError as exc:
             state.broken += 1
             _log.info("closing gRPC connection", peer=link.peer, error=str(exc))
-            await link.flush()  # h2's GOAWAY
-            return
+            return  # h2's GOAWAY is written on the way out
         for ev in events:
             if isinstance(ev, CallMessage):
                 call = calls.get(ev.stream_id)
@@ -329,20 +536,23 @@ async def _read(
                 call = _new_call(ev, link)
                 calls[ev.stream_id] = call
                 state.calls += 1
-                nursery.start_soon(_run_call, service, state, calls, call, ev.timeout_s)
+                nursery.start_soon(_run_call, service, state, connection, call, ev.timeout_s)
             elif isinstance(ev, CallHalfClosed):
                 call = calls.get(ev.stream_id)
                 if call is not None:
+                    call.half_closed = True
                     call._requests_in.close()
             elif isinstance(ev, CallReset):
                 call = calls.pop(ev.stream_id, None)
                 if call is not None:
                     call.reset = True
                     call.scope.cancel()
+                    connection.call_ended()
             elif isinstance(ev, PeerGoingAway):
                 _log.debug("client going away", peer=link.peer, open_calls=len(calls))
         link.windows_changed()
-        await link.flush()
+        if link.take() - link.written > _READER_HIGH_WATER:
+            await link.flush()  # a peer that sends (pings …) but does not read: wait for it
         if protocol.going_away and not calls:
             return
 
@@ -364,7 +574,7 @@ def _deliver(call: Call, payload: bytes) -> None:
 async def _run_call(
     service: Service,
     state: GrpcServerState,
-    calls: dict[int, Call],
+    connection: _Connection,
     call: Call,
     timeout_s: float | None,
 ) -> None:
@@ -381,18 +591,21 @@ async def _run_call(
                 call.end_nowait()
             except GrpcError as exc:
                 call.end_nowait(exc.status, exc.message)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                raise
             except Exception as exc:  # a handler bug must not take the connection down
                 _log.exception("gRPC handler failed", path=call.path, peer=call.peer)
                 call.end_nowait(GrpcStatus.INTERNAL, f"internal error: {type(exc).__name__}")
         if call.scope.cancelled_caught and not call.reset:
-            call.end_nowait(GrpcStatus.DEADLINE_EXCEEDED, "deadline exceeded")
+            if call.aborted is not None:
+                call.end_nowait(*call.aborted)
+            else:
+                call.end_nowait(GrpcStatus.DEADLINE_EXCEEDED, "deadline exceeded")
         if not call.reset:
             await call.link.flush()
     finally:
         state.in_flight -= 1
-        calls.pop(call.stream_id, None)
+        if connection.calls.get(call.stream_id) is call:
+            del connection.calls[call.stream_id]
+        connection.call_ended()
 
 
 def peer_of(stream: trio.abc.Stream) -> str:
