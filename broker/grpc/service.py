@@ -29,6 +29,7 @@ from broker.grpc.clients import GrpcClients
 from broker.grpc.server import Call, GrpcError, Handler
 from broker.grpc.status import code_of_error, code_of_put, status
 from broker.logs import get_logger
+from broker.schedule import delivery_time
 from broker.store.api import Host
 from protocol.bodies.route import is_readable, is_writeable
 from protocol.errors import ReceiptError, TrimqError
@@ -232,6 +233,8 @@ class MessagingService:
             return status(Code.UNSUPPORTED, "transactional messages are not supported yet")
         try:
             props = properties_of(message)
+            if system.HasField("delivery_timestamp"):
+                _check_delivery_time(props, broker.clock.now_ms())
             queue_id = self._queue_for(topic, props.get(SHARDING_KEY))
             outcome = await broker.sends.send(
                 SendRequest(
@@ -547,6 +550,15 @@ def _permission(perm: int) -> int:
     if writable:
         return schema.Permission.WRITE
     return schema.Permission.NONE
+
+
+def _check_delivery_time(props: dict[str, str], now_ms: int) -> None:
+    """A delivery time the timer refuses (too far ahead) is ILLEGAL_DELIVERY_TIME, the v2
+    code for it (the core's MESSAGE_ILLEGAL would answer BAD_REQUEST)."""
+    try:
+        delivery_time(props, now_ms)
+    except ValueError as exc:
+        raise MessageRejected(Code.ILLEGAL_DELIVERY_TIME, f"bad delivery time: {exc}") from None
 
 
 def _born_ms(system: Any, now_ms: int) -> int:

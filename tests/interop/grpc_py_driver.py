@@ -10,8 +10,9 @@ Scenarios:
 
 ``produce --plan FILE``
     sends each message of the plan (a JSON list of ``{"topic", "body", "tag"?, "keys"?,
-    "properties"?, "deliver_at_s"?, "group"?}``) with one Producer; ``sent`` per message
-    (``message_id``, ``offset``, the queue the client picked).
+    "properties"?, "deliver_at_s"?, "group"?, "refused"?}``) with one Producer; ``sent`` per
+    message (``message_id``, ``offset``, the queue the client picked), or ``refused`` (the
+    error) for those the plan expects to be refused.
 ``receive --group G --topic T --count N``
     one SimpleConsumer: ``receive(32, --invisible)`` until N messages came (or ``--within``
     seconds passed), acking each; ``received`` per message (every field the client exposes).
@@ -145,6 +146,13 @@ def produce(args: argparse.Namespace) -> None:
                 msg.delivery_timestamp = int(item["deliver_at_s"])
             if item.get("group"):
                 msg.message_group = item["group"]
+            if item.get("refused"):
+                try:
+                    producer.send(msg)
+                except Exception as exc:
+                    emit("refused", index=index, **error_of(exc))
+                    continue
+                raise ScenarioError(f"message {index} was sent; it should have been refused")
             receipt = producer.send(msg)
             emit("sent", index=index, message_id=receipt.message_id, offset=receipt.offset,
                  queue=receipt.message_queue.message_queue0().id)  # fmt: skip

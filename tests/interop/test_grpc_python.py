@@ -36,7 +36,7 @@ import trio
 from structlog.testing import capture_logs
 
 from broker.app import BrokerHandle
-from broker.schedule import TIMER_SRC
+from broker.schedule import SCHEDULE_TOPIC, TIMER_SRC
 from client.config import ClientConfig
 from client.message import Message, ReceivedMessage
 from client.producer import Producer
@@ -79,6 +79,12 @@ KNOWN_CLIENT_ERRORS = (
                r"attribute '(get_meter|is_set)'$"),
     re.compile(r"process received message error, $"),
 )  # fmt: skip
+
+#: What the producer logs as ERROR when a send is refused (a plan's ``refused`` messages).
+SEND_REFUSED = (
+    re.compile(r"failed to send message to \S+, because of run out of attempt times"),
+    re.compile(r"send message exception, topic: "),
+)
 
 
 # ------------------------------------------------------------------ the broker
@@ -152,11 +158,14 @@ class PyGrpc:
                    "--endpoint", self.endpoint, *args]  # fmt: skip
         return run, command, {**real_clock_environ(), "HOME": str(home)}
 
-    async def run(self, label: str, scenario: str, *args: str) -> DriverRun:
-        """Run a scenario to its end (bounded) and check it ended cleanly."""
+    async def run(
+        self, label: str, scenario: str, *args: str, allow: tuple[re.Pattern[str], ...] = ()
+    ) -> DriverRun:
+        """Run a scenario to its end (bounded) and check it ended cleanly (``allow``: the
+        client's ERROR lines the scenario expects)."""
         run, command, env = self._prepare(label, scenario, args)
         await run_to_end(command, env, run, RUN_TIMEOUT)
-        check_clean(run)
+        check_clean(run, allow)
         return run
 
     async def start(
@@ -172,15 +181,16 @@ class PyGrpc:
         """Send ``plan`` with the official producer; its ``sent`` events in order."""
         path = self.tmp / f"{label}.json"
         path.write_text(json.dumps(plan))
-        run = await self.run(label, "produce", "--plan", str(path))
-        sent = run.of("sent")
+        allow = SEND_REFUSED if any(item.get("refused") for item in plan) else ()
+        run = await self.run(label, "produce", "--plan", str(path), allow=allow)
+        sent = sorted(run.of("sent") + run.of("refused"), key=lambda e: e["index"])
         assert [e["index"] for e in sent] == list(range(len(plan))), run.report()
         return sent
 
 
-def check_clean(run: DriverRun) -> None:
-    """Exit 0, ``done`` with code 0, no traceback on stderr, no unexpected ERROR logged by
-    the client."""
+def check_clean(run: DriverRun, allow: tuple[re.Pattern[str], ...] = ()) -> None:
+    """Exit 0, ``done`` with code 0, no traceback on stderr, no ERROR logged by the client
+    but its known ones and those in ``allow``."""
     report = run.report()
     assert run.returncode == 0, report
     assert [e["code"] for e in run.of("done")] == [0], report
@@ -188,7 +198,8 @@ def check_clean(run: DriverRun) -> None:
     stderr = run.stderr_path.read_text(errors="replace")
     assert "Traceback" not in stderr, report
     (log,) = run.of("client_log")
-    errors = [e for e in log["errors"] if not any(k.search(e) for k in KNOWN_CLIENT_ERRORS)]
+    known = KNOWN_CLIENT_ERRORS + allow
+    errors = [e for e in log["errors"] if not any(k.search(e) for k in known)]
     assert not errors and not log["traceback"], report
 
 
@@ -330,6 +341,28 @@ async def test_delayed_message_reaches_simple_consumer_as_sent(
             assert event["properties"] == {"color": "red"}, event
             assert event["delivery_timestamp"] == deliver_at_s * 1000, event
             assert event["message_type"] == 3, event  # DELAY
+
+
+async def test_delivery_time_too_far_ahead_is_illegal_delivery_time(
+    py_grpc: Callable[[Running], PyGrpc], tmp_path: Path
+) -> None:
+    """A delivery time past the broker's timer limit (3 days) is refused with
+    ILLEGAL_DELIVERY_TIME, the v2 code for it (not BAD_REQUEST); nothing is stored."""
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path) as broker:
+            py = py_grpc(broker)
+            far_s = broker.now_ms() // 1000 + 4 * 86_400
+            plan = [
+                {"topic": RT_TOPIC, "body": "too late", "deliver_at_s": far_s, "refused": True},
+                {"topic": RT_TOPIC, "body": "in time", "deliver_at_s": far_s - 2 * 86_400},
+            ]
+            refused, sent = await py.produce("producer", plan)
+            assert refused["event"] == "refused" and sent["event"] == "sent", (refused, sent)
+            assert refused["name"] == "ILLEGAL_DELIVERY_TIME", refused
+            assert refused["type"] == "BadRequestException", refused
+            store = broker.handle.broker.store
+            assert not store.messages_by_key(SCHEDULE_TOPIC, "too late")
+            assert sum(store.max_offset(SCHEDULE_TOPIC, q) for q in range(32)) == 1
 
 
 # ------------------------------------------------------------------ 2. Remoting → official
