@@ -24,9 +24,13 @@ from protocol.errors import ReceiptError
 from protocol.grpc import schema
 from protocol.grpc.codes import Code
 from protocol.message import MessageExt
+from protocol.naming import is_dlq_topic
 from protocol.properties import (
     CHECK_IMMUNITY_TIME_IN_SECONDS,
     KEYS,
+    ORIGIN_MESSAGE_ID,
+    ORIGIN_TOPIC,
+    RETRY_TOPIC,
     TAGS,
     TIMER_DELAY_SEC,
     TIMER_DELIVER_MS,
@@ -202,10 +206,24 @@ def to_message(msg: MessageExt, *, receipt_handle: str | None = None, invisible_
         system.message_group = props[SHARDING_KEY]
     if TRACE_CONTEXT in props:
         system.trace_context = props[TRACE_CONTEXT]
-    if DLQ_ORIGIN_TOPIC in props:
-        system.dead_letter_queue.topic = props[DLQ_ORIGIN_TOPIC]
-        system.dead_letter_queue.message_id = props.get(DLQ_ORIGIN_MESSAGE_ID, "")
+    origin = _dead_letter_origin(msg.topic, props)
+    if origin is not None:
+        system.dead_letter_queue.topic, system.dead_letter_queue.message_id = origin
     return out
+
+
+def _dead_letter_origin(topic: str, props: Mapping[str, str]) -> tuple[str, str] | None:
+    """Where a dead letter came from: RocketMQ's ``DLQ_ORIGIN_*`` properties, or, on a
+    message of a ``%DLQ%`` topic, the ``ORIGIN_TOPIC``/``RETRY_TOPIC`` and
+    ``ORIGIN_MESSAGE_ID`` trimq's dead-lettering writes."""
+    if DLQ_ORIGIN_TOPIC in props:
+        return props[DLQ_ORIGIN_TOPIC], props.get(DLQ_ORIGIN_MESSAGE_ID, "")
+    if not is_dlq_topic(topic):
+        return None
+    origin = props.get(ORIGIN_TOPIC) or props.get(RETRY_TOPIC)
+    if origin is None:
+        return None
+    return origin, props.get(ORIGIN_MESSAGE_ID, "")
 
 
 def _delivery_ms(props: Mapping[str, str]) -> int | None:
