@@ -238,8 +238,15 @@ async function shutdownPush(consumer) {
   }
 }
 
-function firstFetch() {
-  return new Promise(resolve => fetchWaiters.push(resolve));
+// Resolves at the push consumer's first receive; rejects after `ms` milliseconds.
+function firstFetch(ms) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no receive within ${ms} ms`)), ms);
+    fetchWaiters.push(() => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
 }
 
 async function cycles(args) {
@@ -255,7 +262,8 @@ async function cycles(args) {
         subscriptions: new Map([[ args.topic, '*' ]]),
       });
     } else {
-      fetching = firstFetch();
+      fetching = firstFetch(10000);
+      fetching.catch(() => {}); // awaited below; a rejection before that is not unhandled
       client = new PushConsumer({
         ...base(args), consumerGroup: args.group,
         subscriptions: new Map([[ args.topic, '*' ]]),
@@ -303,6 +311,7 @@ function reportHandles() {
 }
 
 main().then(reportHandles, err => {
+  // A failure: the client may still hold timers and channels, so do not wait for them.
   emit('error', { message: String(err && err.stack ? err.stack : err) });
-  process.exitCode = 1;
+  process.exit(1);
 });
