@@ -24,10 +24,10 @@
  *     of an ack, then an ack with the handle the change replaced ("stale_ack": refused or
  *     not, with the error code), and is acked when it comes back. Exits 3 ("timeout") if
  *     that is not done within MS milliseconds, 2 ("receive_error") if a receive fails.
- *   push --topic T --group G --fail-key K
+ *   push --topic T --group G --fail-key K [--always-fail-key A]
  *     a PushConsumer whose listener prints "consumed" per delivery and answers FAILURE to the
- *     first delivery of the message keyed K (SUCCESS otherwise); runs until standard input
- *     reaches end of file, then shuts down.
+ *     first delivery of the message keyed K and to every delivery of the message keyed A
+ *     (SUCCESS otherwise); runs until standard input reaches end of file, then shuts down.
  *   cycles --kind producer|simple|push --topic T --group G --count N
  *     N start/shutdown cycles of one client kind ("cycle" per cycle, with its timings); a
  *     producer sends one message per cycle, a push consumer waits until its first receive
@@ -208,8 +208,9 @@ async function push(args) {
     subscriptions: new Map([[ args.topic, '*' ]]),
     messageListener: {
       consume(msg) {
-        const fail = !failed && msg.keys.includes(args.failKey);
-        if (fail) failed = true;
+        const always = Boolean(args.alwaysFailKey) && msg.keys.includes(args.alwaysFailKey);
+        const fail = always || (!failed && msg.keys.includes(args.failKey));
+        if (fail && !always) failed = true;
         emit('consumed', { ...view(msg), failed: fail, at_ms: Date.now() });
         return fail ? ConsumeResult.FAILURE : ConsumeResult.SUCCESS;
       },

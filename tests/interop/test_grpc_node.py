@@ -13,13 +13,15 @@ receive.
 1. Producer: ``startup()`` returns (it waits for the broker's settings on Telemetry); every
    send of messages with tags, keys, user properties and one FIFO message group has a
    receipt with a message id and the offset the broker stored it at, stored as a Remoting
-   producer would store it (the group on one queue, in order, as ``__SHARDINGKEY``).
+   producer would store it (the group on one queue, in order, as ``__SHARDINGKEY``), and
+   the official SimpleConsumer reads it back as sent.
 2. SimpleConsumer across front ends: what trimq's Remoting producer sends arrives with
    message_id = ``UNIQ_KEY``, tag, keys, properties and body intact; ack, change invisible
    duration (redelivered with delivery_attempt 2; the replaced handle is refused); and what
    the Node producer sends, trimq's Remoting SimpleConsumer reads intact.
 3. PushConsumer: startup returns; a message its listener fails once is nacked with 0 s,
-   comes back promptly with delivery_attempt 2 and is acked.
+   comes back promptly with delivery_attempt 2 and is acked; one it always fails lands in
+   ``%DLQ%group`` after max attempts (the Node client never forwards it itself).
 4. Shutdown hygiene: 20 start/shutdown cycles each of Producer and SimpleConsumer and a few
    PushConsumers against one broker: every process exits 0, no client error, nothing left
    registered or in a call on the broker.
@@ -52,6 +54,7 @@ from client.producer import Producer
 from client.simple_consumer import SimpleConsumer
 from protocol.grpc.convert import SHARDING_KEY, SYSTEM_PROPERTY_NAMES
 from protocol.message import MessageExt, decode_record
+from protocol.naming import dlq_topic
 from protocol.properties import KEYS, TAGS, UNIQ_KEY
 from scripts.interop_setup import ClientEnv
 from tests.broker.client import open_broker
@@ -266,8 +269,9 @@ async def test_producer_receipts_and_storage(
     node_grpc: Callable[[Running], NodeGrpc], tmp_path: Path
 ) -> None:
     """The official producer starts (its settings answered) and sends to a topic the first
-    send creates; each receipt names its message and the offset the broker stored it at, and
-    the stored record is what a Remoting producer would have stored."""
+    send creates; each receipt names its message and the offset the broker stored it at, the
+    stored record is what a Remoting producer would have stored, and the official
+    SimpleConsumer reads every message back as it was sent (message group included)."""
     with trio.fail_after(TEST_TIMEOUT):
         async with grpc_broker(tmp_path) as broker:
             node = node_grpc(broker)
@@ -300,6 +304,24 @@ async def test_producer_receipts_and_storage(
             assert len({m.queue_id for m in fifo}) == 1, "a message group spans queues"
             first = fifo[0].queue_offset
             assert [m.queue_offset for m in fifo] == list(range(first, first + len(fifo)))
+
+            # Read back by the official SimpleConsumer: the same message, group included.
+            run = await node.run(
+                "consumer", "simple", "--topic", PRODUCER_TOPIC, "--group", "node-reader",
+                "--count", str(len(PRODUCER_PLAN)), "--within", "20000",
+            )  # fmt: skip
+            check_clean(run)
+            got = {e["message_id"]: e for e in run.of("received")}
+            assert set(got) == set(ids) and len(run.of("received")) == len(ids), run.report()
+            for item, receipt in zip(PRODUCER_PLAN, sent, strict=True):
+                event = got[receipt["message_id"]]
+                body = item["body"].encode()
+                assert (event["body_len"], event["body_sha256"]) == (len(body), sha256(body))
+                assert event["tag"] == item.get("tag", ""), event
+                assert sorted(event["keys"]) == sorted(item.get("keys", [])), event
+                assert event["properties"] == item.get("properties", {}), event
+                assert event["message_group"] == item.get("group"), event
+                assert event["offset"] == receipt["offset"] and event["attempt"] == 1, event
 
 
 # ------------------------------------------------------------------ 2. across front ends
@@ -421,8 +443,10 @@ async def test_compressed_remoting_body_to_simple_consumer(
 # ------------------------------------------------------------------ 3. push consumer
 PUSH_TOPIC = "NodeGrpcPush"
 PUSH_GROUP = "node-push"
-PUSH_KEYS = ("p-0", "p-1", "p-2")
+PUSH_KEYS = ("p-0", "p-1", "p-2", "p-always")
 FAIL_KEY = "p-1"
+ALWAYS_FAIL_KEY = "p-always"
+MAX_RECONSUME = 2  # max attempts 3
 
 
 async def test_push_consumer_nack_and_redelivery(
@@ -430,15 +454,19 @@ async def test_push_consumer_nack_and_redelivery(
 ) -> None:
     """The official PushConsumer starts (settings answered); the message its listener fails
     once is nacked (ChangeInvisibleDuration 0 s), comes back promptly with
-    delivery_attempt 2 and is acked; nothing else is delivered twice; it shuts down
-    cleanly with a long poll in flight."""
+    delivery_attempt 2 and is acked; one it always fails is delivered max-attempts times
+    and then lands in %DLQ%group; nothing else is delivered twice; it shuts down cleanly
+    with a long poll in flight."""
     with trio.fail_after(TEST_TIMEOUT):
-        async with grpc_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+        async with (
+            grpc_broker(tmp_path, max_reconsume_times=MAX_RECONSUME) as broker,
+            trio.open_nursery() as nursery,
+        ):
             node = node_grpc(broker)
             await create_topic(broker.handle, PUSH_TOPIC)
             live = await node.start(
                 nursery, "push", "push", "--topic", PUSH_TOPIC, "--group", PUSH_GROUP,
-                "--fail-key", FAIL_KEY,
+                "--fail-key", FAIL_KEY, "--always-fail-key", ALWAYS_FAIL_KEY,
             )  # fmt: skip
             await live.wait_for("started", lambda: bool(live.run.of("started")), RUN_TIMEOUT)
             (started,) = live.run.of("started")
@@ -455,9 +483,21 @@ async def test_push_consumer_nack_and_redelivery(
                 calls = [e for e in live.run.of("consumed") if e["key"] == key]
                 return [(e["attempt"], e["failed"]) for e in calls]
 
-            expected = {"p-0": [(1, False)], "p-1": [(1, True), (2, False)], "p-2": [(1, False)]}
+            expected = {
+                "p-0": [(1, False)],
+                "p-1": [(1, True), (2, False)],
+                "p-2": [(1, False)],
+                ALWAYS_FAIL_KEY: [(n, True) for n in range(1, MAX_RECONSUME + 2)],
+            }
+            dlq = dlq_topic(PUSH_GROUP)
+            store = broker.handle.broker.store
             await live.wait_for(
-                "every outcome", lambda: {k: attempts(k) for k in PUSH_KEYS} == expected, 20
+                "every outcome",
+                lambda: (
+                    {k: attempts(k) for k in PUSH_KEYS} == expected
+                    and bool(store.messages_by_key(dlq, ALWAYS_FAIL_KEY))
+                ),
+                20,
             )
             failed, retried = (e for e in live.run.of("consumed") if e["key"] == FAIL_KEY)
             # Nacked with 0 s: back at once, not after a back-off or the 60 s lease.
@@ -466,10 +506,17 @@ async def test_push_consumer_nack_and_redelivery(
                 assert event["message_id"] == ids[event["key"]], event
                 assert event["topic"] == PUSH_TOPIC and not event["corrupted"], event
                 assert event["body_sha256"] == sha256(event["key"].encode()), event
-            await wait_until("every lease acked", lambda: broker.in_flight() == 0, 10)
+            (record,) = store.messages_by_key(dlq, ALWAYS_FAIL_KEY)
+            dead, _ = decode_record(record)
+            assert dead.body == ALWAYS_FAIL_KEY.encode(), dead
+            assert dead.properties[UNIQ_KEY] == ids[ALWAYS_FAIL_KEY], dead
+            assert dead.reconsume_times == MAX_RECONSUME + 1, dead
+            # Leases end: acked, or dropped once the DLQ copy is durable.
+            await wait_until("every lease over", lambda: broker.in_flight() == 0, 10)
             await live.stop_within(PUSH_STOP_TIMEOUT)
             check_clean(live.run)
-            assert len(live.run.of("consumed")) == 4, live.run.report()
+            consumed = len(live.run.of("consumed"))
+            assert consumed == 1 + 2 + 1 + MAX_RECONSUME + 1, live.run.report()
             assert broker.handle.broker.clients.client_ids(PUSH_GROUP) == []
 
 
