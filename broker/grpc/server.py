@@ -284,7 +284,8 @@ class Call:
             await self.requests.receive()
         except trio.EndOfChannel:
             return payload
-        raise GrpcError(GrpcStatus.UNIMPLEMENTED, "more than one request message on a unary call")
+        # grpc-java's answer (INTERNAL, "More than one request messages for unary call …").
+        raise GrpcError(GrpcStatus.INTERNAL, "more than one request message on a unary call")
 
     def send_nowait(self, payload: bytes) -> None:
         """Queue a response message (written with the next flush)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ssl
 import struct
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ import h2.exceptions
 import h2.settings
 import trio
 
+from protocol.grpc import schema
 from protocol.grpc.schema import SERVICE_NAME
 
 #: How long a reply, a window or a close is awaited by default.
@@ -397,7 +399,8 @@ class GrpcClient:
                     await self._wait_written(self._queue())
                 if not view:
                     return
-                await self.changed()
+                if not take:
+                    await self.changed()  # no window: wait for the server's update
 
     async def reset(self, stream_id: int, code: int = h2.errors.ErrorCodes.CANCEL) -> None:
         """RST_STREAM ``stream_id``."""
@@ -568,3 +571,72 @@ async def open_grpc_client(
         stream = await connect_tls(port, ssl_context, host=host, server_hostname=server_hostname)
     async with attach_grpc_client(stream, **kwargs) as client:
         yield client
+
+
+# ---------------------------------------------------------------- v2 requests
+def send_request(topic: str, body: bytes = b"hello", tag: str = "TagA") -> Any:
+    """A SendMessageRequest with one message, as the official clients build it."""
+    req = schema.SendMessageRequest()
+    message = req.messages.add()
+    message.topic.name = topic
+    message.body = body
+    system = message.system_properties
+    system.tag = tag
+    system.message_id = uuid.uuid4().hex.upper() + "01"
+    system.message_type = schema.MessageType.NORMAL
+    system.body_encoding = schema.Encoding.IDENTITY
+    return req
+
+
+def route_request(topic: str) -> Any:
+    """A QueryRouteRequest."""
+    req = schema.QueryRouteRequest()
+    req.topic.name = topic
+    return req
+
+
+def receive_request(
+    topic: str,
+    group: str,
+    *,
+    invisible_s: int = 30,
+    poll_s: int | None = 20,
+    auto_renew: bool = False,
+) -> Any:
+    """A SimpleConsumer's ReceiveMessageRequest (any queue, tag ``*``, batch 32); with
+    ``auto_renew`` a PushConsumer's (no invisible duration)."""
+    req = schema.ReceiveMessageRequest()
+    req.group.name = group
+    req.message_queue.topic.name = topic
+    req.message_queue.id = -1
+    req.filter_expression.type = schema.FilterType.TAG
+    req.filter_expression.expression = "*"
+    req.batch_size = 32
+    if auto_renew:
+        req.auto_renew = True
+    else:
+        req.invisible_duration.seconds = invisible_s
+    if poll_s is not None:
+        req.long_polling_timeout.seconds = poll_s
+    return req
+
+
+def settings_command(group: str, topic: str) -> Any:
+    """A SimpleConsumer's Telemetry settings command."""
+    command = schema.TelemetryCommand()
+    settings = command.settings
+    settings.client_type = schema.ClientType.SIMPLE_CONSUMER
+    settings.subscription.group.name = group
+    entry = settings.subscription.subscriptions.add()
+    entry.topic.name = topic
+    entry.expression.type = schema.FilterType.TAG
+    entry.expression.expression = "*"
+    return command
+
+
+async def wait_parked(handle: Any, count: int = 1) -> None:
+    """Until ``count`` pops are parked in the broker's hub (polled: the hub has no event to
+    wait on; bounded by the caller's fail_after)."""
+    hub = handle.broker.pops.engine.hub
+    while hub.statistics().parked < count:  # noqa: ASYNC110
+        await trio.sleep(0.005)

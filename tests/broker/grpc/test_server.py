@@ -18,7 +18,6 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -53,6 +52,11 @@ from tests.broker.grpc.client import (
     client_ssl_context,
     connect_tls,
     open_grpc_client,
+    receive_request,
+    route_request,
+    send_request,
+    settings_command,
+    wait_parked,
 )
 
 TIMEOUT = 15
@@ -491,25 +495,6 @@ async def test_stop_just_after_the_client_left_is_quick() -> None:
 
 
 # ---------------------------------------------------------------- a real broker over TCP
-def send_request(topic: str, body: bytes = b"hello", tag: str = "TagA") -> Any:
-    req = schema.SendMessageRequest()
-    message = req.messages.add()
-    message.topic.name = topic
-    message.body = body
-    system = message.system_properties
-    system.tag = tag
-    system.message_id = uuid.uuid4().hex.upper() + "01"
-    system.message_type = schema.MessageType.NORMAL
-    system.body_encoding = schema.Encoding.IDENTITY
-    return req
-
-
-def route_request(topic: str) -> Any:
-    req = schema.QueryRouteRequest()
-    req.topic.name = topic
-    return req
-
-
 @pytest.mark.integration
 async def test_broker_unknown_method_is_unimplemented(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
@@ -691,42 +676,6 @@ async def test_broker_many_concurrent_calls_on_one_connection(tmp_path: Path) ->
 
 
 # ---------------------------------------------------------------- broker stop
-def receive_request(
-    topic: str, group: str, *, invisible_s: int = 30, poll_s: int | None = 20
-) -> Any:
-    req = schema.ReceiveMessageRequest()
-    req.group.name = group
-    req.message_queue.topic.name = topic
-    req.message_queue.id = -1
-    req.filter_expression.type = schema.FilterType.TAG
-    req.filter_expression.expression = "*"
-    req.batch_size = 32
-    req.invisible_duration.seconds = invisible_s
-    if poll_s is not None:
-        req.long_polling_timeout.seconds = poll_s
-    return req
-
-
-def settings_command(group: str, topic: str) -> Any:
-    command = schema.TelemetryCommand()
-    settings = command.settings
-    settings.client_type = schema.ClientType.SIMPLE_CONSUMER
-    settings.subscription.group.name = group
-    entry = settings.subscription.subscriptions.add()
-    entry.topic.name = topic
-    entry.expression.type = schema.FilterType.TAG
-    entry.expression.expression = "*"
-    return command
-
-
-async def wait_parked(handle: Any, count: int = 1) -> None:
-    """Until ``count`` pops are parked in the broker's hub (polled: the hub has no event to
-    wait on; bounded by the caller's fail_after)."""
-    hub = handle.broker.pops.engine.hub
-    while hub.statistics().parked < count:  # noqa: ASYNC110
-        await trio.sleep(0.005)
-
-
 @pytest.mark.integration
 async def test_broker_stop_answers_parked_receive_and_ends_telemetry(tmp_path: Path) -> None:
     with trio.fail_after(TIMEOUT):
