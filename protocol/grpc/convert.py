@@ -6,7 +6,8 @@ client's ``message_id``, ``TAGS``, ``KEYS`` space-joined, ``__SHARDINGKEY`` = th
 group, ``TIMER_DELIVER_MS`` = the delivery time, the user properties as plain properties); a
 stored record is delivered over gRPC with ``message_id`` = ``UNIQ_KEY`` (else the offset id),
 its tag, keys and user properties, an MD5 body digest in upper-case hex (the one format both
-official clients accept), ``body_encoding`` IDENTITY or GZIP (0 breaks the Python client) and
+official clients accept), ``body_encoding`` IDENTITY (a zlib-compressed body is inflated;
+0 breaks the Python client) and
 ``delivery_attempt`` = reconsume times + 1.
 
 A receipt handle is the pop receipt (:class:`~protocol.receipt.ExtraInfo`, eight fields)
@@ -17,6 +18,7 @@ dead-letter forward needs. A Remoting receipt (no offset) is accepted too.
 from __future__ import annotations
 
 import hashlib
+import zlib
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -178,15 +180,16 @@ def to_message(msg: MessageExt, *, receipt_handle: str | None = None, invisible_
     for name, value in props.items():
         if name not in SYSTEM_PROPERTY_NAMES:
             out.user_properties[name] = value
-    out.body = msg.body
+    body = _inflated(msg)
+    out.body = msg.body if body is None else body
     system = out.system_properties
     if TAGS in props:
         system.tag = props[TAGS]
     system.keys.extend(split_keys(props.get(KEYS)))
     system.message_id = msg.msg_id
     system.body_digest.type = schema.DigestType.MD5
-    system.body_digest.checksum = hashlib.md5(msg.body, usedforsecurity=False).hexdigest().upper()
-    compressed = msg.sys_flag & COMPRESSED_FLAG
+    system.body_digest.checksum = hashlib.md5(out.body, usedforsecurity=False).hexdigest().upper()
+    compressed = body is None and msg.sys_flag & COMPRESSED_FLAG
     system.body_encoding = schema.Encoding.GZIP if compressed else schema.Encoding.IDENTITY
     system.message_type = message_type_of(props)
     set_timestamp(system.born_timestamp, msg.born_timestamp)
@@ -210,6 +213,19 @@ def to_message(msg: MessageExt, *, receipt_handle: str | None = None, invisible_
     if origin is not None:
         system.dead_letter_queue.topic, system.dead_letter_queue.message_id = origin
     return out
+
+
+def _inflated(msg: MessageExt) -> bytes | None:
+    """A compressed body, inflated: Remoting producers compress with zlib (RFC 1950), while
+    ``body_encoding`` GZIP means RFC 1952 to the Node client (``gunzipSync`` throws on zlib
+    and fails the whole receive). Delivered as IDENTITY instead; None when the body is not
+    compressed or not valid zlib (then it goes as stored, marked GZIP)."""
+    if not msg.sys_flag & COMPRESSED_FLAG:
+        return None
+    try:
+        return zlib.decompress(msg.body)
+    except zlib.error:
+        return None
 
 
 def _dead_letter_origin(topic: str, props: Mapping[str, str]) -> tuple[str, str] | None:

@@ -408,13 +408,6 @@ async def test_simple_consumer_across_front_ends(
 LARGE_BODY = "".join(f"{i:05d}:{i * 7919 % 10007:05d};" for i in range(600)).encode()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="broker: a zlib-compressed Remoting body is delivered over gRPC as "
-    "body_encoding=GZIP with the zlib bytes; rocketmq-client-nodejs inflates GZIP with "
-    "gunzipSync (RFC 1952 only), throws 'incorrect header check' in MessageView and fails "
-    "the whole receive() (the Python client sniffs gzip/zlib and copes)",
-)
 async def test_compressed_remoting_body_to_simple_consumer(
     node_grpc: Callable[[Running], NodeGrpc], tmp_path: Path
 ) -> None:

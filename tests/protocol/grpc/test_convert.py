@@ -122,3 +122,16 @@ def test_java_hash_is_string_hash_code() -> None:
     assert java_hash("") == 0
     assert java_hash("abc") == 96354
     assert java_hash("polygenelubricants") == -2147483648  # wraps like a Java int
+
+
+def test_a_zlib_compressed_body_is_delivered_inflated() -> None:
+    """Remoting producers compress with zlib; gRPC's GZIP means RFC 1952 to the Node client."""
+    import zlib
+
+    stored = MessageExt("T", zlib.compress(b"x" * 5000), {}, sys_flag=0x1)
+    system = to_message(stored).system_properties
+    assert to_message(stored).body == b"x" * 5000
+    assert system.body_encoding == schema.Encoding.IDENTITY
+    assert system.body_digest.checksum == hashlib.md5(b"x" * 5000).hexdigest().upper()
+    broken = MessageExt("T", b"not zlib", {}, sys_flag=0x1)  # left as stored, marked GZIP
+    assert to_message(broken).system_properties.body_encoding == schema.Encoding.GZIP
