@@ -8,6 +8,10 @@ queue's max offset, and its group would receive nothing until the new queue pass
 
 A broker started alone also answers the name server's cluster and topic-list questions,
 about itself (:meth:`AdminService.cluster_info`, :meth:`AdminService.topic_list`).
+
+Subscription groups (``mqadmin updateSubGroup`` / ``deleteSubGroup``): a group's
+configuration decides whether it consumes in order and how often a message is redelivered
+before the DLQ (:mod:`broker.groups`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,11 @@ import trio
 
 from broker.clock import Clock
 from broker.core.routes import BrokerIdentity
+from broker.groups import (
+    SubscriptionGroupConfig,
+    SubscriptionGroupManager,
+    SubscriptionGroupWrapper,
+)
 from broker.locks import QueueName, RebalanceLocks
 from broker.offload import Offload
 from broker.pop.service import PopEngine
@@ -28,7 +37,7 @@ from broker.topics import TopicConfig, TopicManager
 from protocol.codes import ResponseCode
 from protocol.errors import BrokerError, RecordError
 from protocol.message import peek_record
-from protocol.naming import is_retry_topic, is_system_topic, validate_topic
+from protocol.naming import is_retry_topic, is_system_topic, validate_group, validate_topic
 
 #: RocketMQ caps queue counts per topic per broker (``TopicValidator`` / console: 1024).
 MAX_QUEUE_NUMS = 1024
@@ -92,6 +101,7 @@ class AdminService:
         identity: BrokerIdentity,
         store: MessageStore,
         topics: TopicManager,
+        groups: SubscriptionGroupManager,
         pop: PopEngine,
         locks: RebalanceLocks,
         *,
@@ -103,6 +113,7 @@ class AdminService:
         self._identity = identity
         self._store = store
         self._topics = topics
+        self._groups = groups
         self._pop = pop
         self._locks = locks
         self._clock = clock
@@ -159,6 +170,57 @@ class AdminService:
         """This broker as a cluster of one (a lone broker answers the name server's cluster
         question about itself)."""
         return self._identity
+
+    # ------------------------------------------------------------------ subscription groups
+    def update_group(self, config: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+        """Create a group's configuration or replace it (``UPDATE_AND_CREATE_SUBSCRIPTIONGROUP``).
+
+        Raises:
+            IllegalNameError: the group name breaks RocketMQ's rules.
+            BrokerError: ``INVALID_PARAMETER`` for a negative ``retryMaxTimes`` or
+                ``retryQueueNums``.
+        """
+        validate_group(config.group_name)
+        for name, value in (("retryMaxTimes", config.retry_max_times),
+                            ("retryQueueNums", config.retry_queue_nums)):  # fmt: skip
+            if value < 0:
+                raise BrokerError(
+                    f"{name} {value} is negative", code=ResponseCode.INVALID_PARAMETER
+                )
+        return self._groups.update(config)
+
+    def group_config(self, group: str) -> SubscriptionGroupConfig:
+        """One group's configuration (``GET_SUBSCRIPTIONGROUP_CONFIG``).
+
+        Raises:
+            BrokerError: ``SUBSCRIPTION_GROUP_NOT_EXIST`` (RocketMQ answers ``SYSTEM_ERROR``,
+                which clients would retry).
+        """
+        config = self._groups.get(group)
+        if config is None:
+            raise BrokerError(
+                f"subscription group {group} does not exist on this broker",
+                code=ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+            )
+        return config
+
+    def group_table(self) -> SubscriptionGroupWrapper:
+        """Every group's configuration with the table's data version
+        (``GET_ALL_SUBSCRIPTIONGROUP_CONFIG``)."""
+        return self._groups.snapshot()
+
+    def delete_group(self, group: str, *, clean_offset: bool = False) -> bool:
+        """Delete a group's configuration (``DELETE_SUBSCRIPTIONGROUP``); with
+        ``clean_offset`` also its committed offsets. True if it had a configuration (a
+        missing one is no error, as in RocketMQ).
+
+        The group's pop state (cursors, messages in flight) is kept: its consumers may still
+        be running, and a lease dropped here would never be redelivered.
+        """
+        existed = self._groups.delete(group)
+        if clean_offset:
+            self._store.offsets.remove_group(group)
+        return existed
 
     # ------------------------------------------------------------------ statistics
     def topic_stats(self, topic: str) -> dict[int, QueueOffsets]:

@@ -3,10 +3,10 @@ and close it along one ordered path.
 
 Build order (each part gets everything it needs in its constructor; nothing is patched on
 afterwards): the deadline loop (its ``poke`` goes to the timer and revive services), the
-hubs, the store (recovered; its arrivals wake the hubs), topics, the storage facade, the
-metrics writer, the timer service, the pop service (journal replayed), then the core
-services over them. The :class:`Broker` is frozen: a front end holding one can reach every
-service, and none of them is ever missing.
+hubs, the store (recovered; its arrivals wake the hubs), topics, subscription groups, the
+storage facade, the metrics writer, the timer service, the pop service (journal replayed),
+then the core services over them. The :class:`Broker` is frozen: a front end holding one can
+reach every service, and none of them is ever missing.
 
 Background tasks live in two nurseries owned here: the outer one runs storage (flusher,
 checkpoints with the timer and pop hooks, retention), the inner one the deadline loop and the
@@ -36,6 +36,7 @@ from broker.core.pull import PullService
 from broker.core.routes import BrokerIdentity, RouteService
 from broker.core.send import SendPolicy, SendService
 from broker.deadlines import DeadlineLoop
+from broker.groups import SubscriptionGroupManager
 from broker.locks import RebalanceLocks
 from broker.logs import get_logger
 from broker.longpoll import Arrivals, PullHub, PullHubStatistics
@@ -78,6 +79,8 @@ class Broker:
     store: MessageStore
     storage: Storage
     topics: TopicManager
+    #: Subscription-group configurations (orderly groups, retry limits).
+    groups: SubscriptionGroupManager
     clients: ClientRegistry
     pull_hub: PullHub
     pop: PopEngine
@@ -128,14 +131,23 @@ def _open_topics(config: BrokerConfig, store: MessageStore, clock: Clock) -> Top
     return topics
 
 
+def _open_groups(config: BrokerConfig, clock: Clock) -> SubscriptionGroupManager:
+    """The subscription-group table (``config/subscriptionGroup.json``)."""
+    return SubscriptionGroupManager(
+        config.data_dir / "config" / "subscriptionGroup.json",
+        default_retry_max_times=config.max_reconsume_times,
+        clock=clock,
+    )
+
+
 def _open_pop(
     config: BrokerConfig,
     storage: Storage,
     topics: TopicManager,
-    parts: tuple[PopHub, V1RetryNames, MetricsWriter, DeadlineLoop],
+    parts: tuple[PopHub, V1RetryNames, MetricsWriter, DeadlineLoop, SubscriptionGroupManager],
 ) -> PopEngine:
     """Recover the pop in-flight state (``<data-dir>/pop``) and build the pop service."""
-    hub, v1_names, metrics, deadlines = parts
+    hub, v1_names, metrics, deadlines, groups = parts
     return PopEngine.open(
         config.data_dir / "pop",
         storage,
@@ -143,7 +155,7 @@ def _open_pop(
         hub,
         broker_name=config.broker_name,
         retry_v2=config.retry_naming == "v2",
-        max_reconsume=lambda group: config.max_reconsume_times,
+        max_reconsume=groups.retry_max_times,
         v1_names=v1_names,
         metrics=metrics,
         poke=deadlines.poke,
@@ -152,11 +164,12 @@ def _open_pop(
     )
 
 
-def _send_policy(config: BrokerConfig) -> SendPolicy:
+def _send_policy(config: BrokerConfig, groups: SubscriptionGroupManager) -> SendPolicy:
     return SendPolicy(
         auto_create_topic=config.auto_create_topic,
         max_reconsume_times=config.max_reconsume_times,
         max_message_size=config.max_message_size,
+        group_max_reconsume_times=groups.retry_max_times,
     )
 
 
@@ -184,6 +197,7 @@ async def open_broker(
     storage = Storage(store, offload)
     try:
         topics = _open_topics(config, store, clock)
+        groups = _open_groups(config, clock)
         metrics = MetricsWriter(
             config.metrics_dir or config.data_dir / "metrics",
             broker=config.broker_name,
@@ -199,7 +213,7 @@ async def open_broker(
             poke=deadlines.poke,
         )
         timers.load()
-        pop = _open_pop(config, storage, topics, (pop_hub, v1_names, metrics, deadlines))
+        pop = _open_pop(config, storage, topics, (pop_hub, v1_names, metrics, deadlines, groups))
     except BaseException:
         store.close()
         raise
@@ -214,12 +228,13 @@ async def open_broker(
         store=store,
         storage=storage,
         topics=topics,
+        groups=groups,
         clients=clients,
         pull_hub=pull_hub,
         pop=pop,
         timers=timers,
         metrics=metrics,
-        sends=SendService(_send_policy(config), topics, storage, timers, clock),
+        sends=SendService(_send_policy(config, groups), topics, storage, timers, clock),
         pulls=PullService(
             store,
             topics,
@@ -235,6 +250,7 @@ async def open_broker(
             identity,
             store,
             topics,
+            groups,
             pop,
             RebalanceLocks(),
             clock=clock,

@@ -19,7 +19,7 @@ ali-ons needs), ``ORIGIN_MESSAGE_ID`` and its reconsume count + 1, and delayed b
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -31,7 +31,7 @@ from broker.timers import TimerService
 from broker.topics import DEFAULT_TOPIC, TopicConfig, TopicManager
 from protocol.batch import BatchEntry
 from protocol.codes import ResponseCode
-from protocol.errors import BrokerError, RecordError
+from protocol.errors import BrokerError, IllegalNameError, RecordError
 from protocol.message import decode_record
 from protocol.naming import (
     dlq_topic,
@@ -63,8 +63,12 @@ class SendPolicy:
     """The broker settings sends obey."""
 
     auto_create_topic: bool
+    #: The broker's retry limit (``max_reconsume_times``).
     max_reconsume_times: int
     max_message_size: int
+    #: A group's retry limit when the sender names none: its subscription group's
+    #: ``retryMaxTimes``, else the broker's.
+    group_max_reconsume_times: Callable[[str], int]
 
 
 class SendRequest(NamedTuple):
@@ -82,7 +86,7 @@ class SendRequest(NamedTuple):
     born_timestamp: int = 0
     born_host: Host = UNKNOWN_HOST
     reconsume_times: int = 0
-    #: The sender's maximum for a classic retry topic (None or negative: the broker's).
+    #: The sender's maximum for a classic retry topic (None or negative: the group's).
     max_reconsume_times: int | None = None
     #: The topic an unknown topic is created from, and how many queues the producer wants.
     default_topic: str | None = None
@@ -218,19 +222,22 @@ class SendService:
         """Retry sends past the group's maximum go to the group's DLQ."""
         if not is_retry_topic(req.topic):
             return req.topic, queue_id
-        limit = self._limit(req.max_reconsume_times)
-        if req.reconsume_times > limit:
+        try:
+            group: str | None = group_of_classic_retry(req.topic)
+        except IllegalNameError:  # a pop retry V2 name: no classic group
+            group = None
+        if req.reconsume_times > self._limit(group, req.max_reconsume_times):
             dlq = dlq_topic(group_of_classic_retry(req.topic))
             self.topics.ensure(dlq, 1)
             return dlq, 0
         return req.topic, queue_id
 
-    def _limit(self, requested: int | None) -> int:
-        return (
-            requested
-            if requested is not None and requested >= 0
-            else (self.policy.max_reconsume_times)
-        )
+    def _limit(self, group: str | None, requested: int | None) -> int:
+        if requested is not None and requested >= 0:
+            return requested
+        if group is None:
+            return self.policy.max_reconsume_times
+        return self.policy.group_max_reconsume_times(group)
 
     async def _store(self, msg: MessageToStore) -> SendOutcome:
         """Store a message, or — when it is delayed or timed — park it in
@@ -315,7 +322,8 @@ class SendService:
         props.setdefault(
             ORIGIN_MESSAGE_ID, req.origin_msg_id or props.get(UNIQ_KEY) or msg.offset_msg_id
         )
-        if msg.reconsume_times >= self._limit(req.max_reconsume_times) or req.delay_level < 0:
+        limit = self._limit(req.group, req.max_reconsume_times)
+        if msg.reconsume_times >= limit or req.delay_level < 0:
             topic = dlq_topic(req.group)
         else:
             topic = retry_topic(req.group)

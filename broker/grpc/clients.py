@@ -11,6 +11,12 @@ Consumers join their group in the broker's :class:`~broker.core.clients.ClientRe
 consumers (channel: the client id), from their settings or heartbeats, and leave on
 NotifyClientTermination or when their Telemetry stream ends — the stream lives as long as the
 client does (the Python client gives it a one-year deadline, Node none).
+
+Whether a group consumes in order is the group's configuration, as in the proxy
+(``subscription.fifo = consumeMessageOrderly``, set with ``trimq-admin updateSubGroup -o
+true``), never the client's own settings: no official client sets ``fifo`` there, and one
+that did could turn a group's consumption orderly for every other member. Likewise the
+consumer's ``max_attempts`` is the group's ``retryMaxTimes`` + 1.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from broker.core.clients import (
     Subscription,
 )
 from broker.core.offsets import OffsetReset
+from broker.groups import SubscriptionGroupManager
 from protocol.grpc import schema
 from protocol.grpc.convert import set_duration
 
@@ -74,7 +81,6 @@ class Session:
     client_type: int = schema.ClientType.CLIENT_TYPE_UNSPECIFIED
     group: str | None = None
     subscriptions: tuple[Subscription, ...] = ()
-    fifo: bool = False
     #: The Telemetry stream the settings came on (the call's stream id per connection).
     telemetry: object | None = None
     topics: tuple[str, ...] = field(default=())
@@ -86,18 +92,18 @@ class GrpcClients:
     def __init__(
         self,
         registry: ClientRegistry,
+        groups: SubscriptionGroupManager,
         release: Callable[[str], object],
         *,
         max_message_size: int,
-        max_attempts: int,
     ) -> None:
-        """``release``: what a client that goes away kept invisible comes back (the pop
+        """``groups``: the subscription-group configurations (FIFO, retry limit);
+        ``release``: what a client that goes away kept invisible comes back (the pop
         service's auto-renewed leases)."""
         self._registry = registry
+        self._groups = groups
         self._release = release
         self._max_message_size = max_message_size
-        #: A consumer's deliveries before its message goes to the DLQ (retries + 1).
-        self._max_attempts = max_attempts
         self._sessions: dict[str, Session] = {}
 
     def session(self, client_id: str) -> Session | None:
@@ -105,8 +111,14 @@ class GrpcClients:
         return self._sessions.get(client_id)
 
     def fifo(self, group: str) -> bool:
-        """Whether ``group`` consumes in order (a member's settings said so)."""
-        return any(s.fifo for s in self._sessions.values() if s.group == group)
+        """Whether ``group`` consumes in order: its configuration's
+        ``consumeMessageOrderly``."""
+        return self._groups.orderly(group)
+
+    def max_attempts(self, group: str) -> int:
+        """A consumer's deliveries of a message before it goes to the DLQ: the group's
+        ``retryMaxTimes`` + 1."""
+        return self._groups.retry_max_times(group) + 1
 
     def apply_settings(self, client_id: str, settings: Any, telemetry: object) -> Any:
         """Remember a client's settings (registering a consumer in its group) and return the
@@ -130,7 +142,6 @@ class GrpcClients:
                 Subscription(e.topic.name, e.expression.expression or "*", _expression_type(e))
                 for e in sub.subscriptions
             )
-            session.fifo = sub.HasField("fifo") and sub.fifo
             self._register(session)
         else:
             session.topics = tuple(t.name for t in settings.publishing.topics)
@@ -192,12 +203,13 @@ class GrpcClients:
             out.publishing.validate_message_type = True
         else:
             sub = out.subscription
-            sub.fifo = session.fifo
+            group = sub.group.name
+            sub.fifo = self.fifo(group)
             sub.receive_batch_size = RECEIVE_BATCH_SIZE
             set_duration(sub.long_polling_timeout, LONG_POLLING_TIMEOUT_MS)
             policy = out.backoff_policy
             policy.Clear()
-            policy.max_attempts = self._max_attempts
+            policy.max_attempts = self.max_attempts(group)
             for seconds in CONSUMER_BACKOFF_S:
                 set_duration(policy.customized_backoff.next.add(), seconds * 1000)
         out.metric.on = False

@@ -578,8 +578,8 @@ def build_service(broker: Broker, endpoint: GrpcEndpoint) -> MessagingService:
     """The gRPC front end over ``broker``, reached at ``endpoint``."""
     clients = GrpcClients(
         broker.clients,
+        broker.groups,
         broker.pops.release,
         max_message_size=broker.config.max_message_size,
-        max_attempts=broker.config.max_reconsume_times + 1,
     )
     return MessagingService(broker, endpoint, clients)

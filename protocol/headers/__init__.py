@@ -26,11 +26,17 @@ from protocol.headers._base import meta as meta
 from protocol.headers._base import to_ext as to_ext
 from protocol.headers.admin import TOPIC_FILTER_TYPES as TOPIC_FILTER_TYPES
 from protocol.headers.admin import CreateTopicRequestHeader as CreateTopicRequestHeader
+from protocol.headers.admin import (
+    DeleteSubscriptionGroupRequestHeader as DeleteSubscriptionGroupRequestHeader,
+)
 from protocol.headers.admin import DeleteTopicRequestHeader as DeleteTopicRequestHeader
 from protocol.headers.admin import (
     GetConsumerConnectionListRequestHeader as GetConsumerConnectionListRequestHeader,
 )
 from protocol.headers.admin import GetConsumeStatsRequestHeader as GetConsumeStatsRequestHeader
+from protocol.headers.admin import (
+    GetSubscriptionGroupConfigRequestHeader as GetSubscriptionGroupConfigRequestHeader,
+)
 from protocol.headers.admin import GetTopicStatsInfoRequestHeader as GetTopicStatsInfoRequestHeader
 from protocol.headers.admin import QueryMessageRequestHeader as QueryMessageRequestHeader
 from protocol.headers.admin import QueryMessageResponseHeader as QueryMessageResponseHeader
@@ -140,6 +146,7 @@ __all__ = [
     "ConsumerSendMsgBackRequestHeader",
     "CreateTopicRequestHeader",
     "DeleteKVConfigRequestHeader",
+    "DeleteSubscriptionGroupRequestHeader",
     "DeleteTopicRequestHeader",
     "EndTransactionRequestHeader",
     "FieldInfo",
@@ -157,6 +164,7 @@ __all__ = [
     "GetMinOffsetRequestHeader",
     "GetMinOffsetResponseHeader",
     "GetRouteInfoRequestHeader",
+    "GetSubscriptionGroupConfigRequestHeader",
     "GetTopicStatsInfoRequestHeader",
     "GetTopicsByClusterRequestHeader",
     "Header",

@@ -1,5 +1,7 @@
 """Admin and query family: topic management (UPDATE_AND_CREATE_TOPIC 17,
-DELETE_TOPIC_IN_BROKER 215, GET_TOPIC_STATS_INFO 202), consumer inspection
+DELETE_TOPIC_IN_BROKER 215, GET_TOPIC_STATS_INFO 202), subscription groups
+(DELETE_SUBSCRIPTIONGROUP 207, GET_SUBSCRIPTIONGROUP_CONFIG 352; UPDATE_AND_CREATE_ 200 and
+GET_ALL_ 201 carry no header fields), consumer inspection
 (GET_CONSUME_STATS 208, GET_CONSUMER_CONNECTION_LIST 203), offset reset
 (INVOKE_BROKER_TO_RESET_OFFSET 222, and RESET_CONSUMER_CLIENT_OFFSET 220 broker → client) and
 message lookup (QUERY_MESSAGE 12, VIEW_MESSAGE_BY_ID 33).
@@ -49,6 +51,26 @@ class DeleteTopicRequestHeader(Header):
     """``DeleteTopicRequestHeader``: delete a topic from a broker."""
 
     topic: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeleteSubscriptionGroupRequestHeader(Header):
+    """``DeleteSubscriptionGroupRequestHeader``: delete a group's configuration.
+
+    Attributes:
+        group_name: the consumer group.
+        clean_offset: (5.x) also remove the group's committed offsets.
+    """
+
+    group_name: str
+    clean_offset: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GetSubscriptionGroupConfigRequestHeader(Header):
+    """``GetSubscriptionGroupConfigRequestHeader``: one group's configuration."""
+
+    group: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -56,6 +56,8 @@ REQUEST_HEADERS: Mapping[int, type[Header]] = MappingProxyType(
         C.UPDATE_AND_CREATE_TOPIC: admin.CreateTopicRequestHeader,
         C.DELETE_TOPIC_IN_BROKER: admin.DeleteTopicRequestHeader,
         C.GET_TOPIC_STATS_INFO: admin.GetTopicStatsInfoRequestHeader,
+        C.DELETE_SUBSCRIPTIONGROUP: admin.DeleteSubscriptionGroupRequestHeader,
+        C.GET_SUBSCRIPTIONGROUP_CONFIG: admin.GetSubscriptionGroupConfigRequestHeader,
         C.GET_CONSUME_STATS: admin.GetConsumeStatsRequestHeader,
         C.GET_CONSUMER_CONNECTION_LIST: admin.GetConsumerConnectionListRequestHeader,
         C.INVOKE_BROKER_TO_RESET_OFFSET: admin.ResetOffsetRequestHeader,

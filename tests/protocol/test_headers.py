@@ -177,6 +177,8 @@ JAVA_FIELDS: dict[str, str] = {
     "CreateTopicRequestHeader": "topic! defaultTopic! readQueueNums!:i writeQueueNums!:i "
     "perm!:i topicFilterType! topicSysFlag:i order!:b attributes force:b",
     "DeleteTopicRequestHeader": "topic!",
+    "DeleteSubscriptionGroupRequestHeader": "groupName! cleanOffset:b",
+    "GetSubscriptionGroupConfigRequestHeader": "group!",
     "GetTopicStatsInfoRequestHeader": "topic!",
     "GetConsumeStatsRequestHeader": "consumerGroup! topic",
     "GetConsumerConnectionListRequestHeader": "consumerGroup!",
