@@ -406,13 +406,10 @@ class _Connection:
     that the server's cancellation does not reach (it is shielded): the handler task
     stops it gracefully first (:meth:`stop`), then cancels :attr:`scope`."""
 
-    def __init__(
-        self, service: Service, state: GrpcServerState, link: _Link, limits: GrpcLimits
-    ) -> None:
+    def __init__(self, service: Service, state: GrpcServerState, link: _Link) -> None:
         self.service = service
         self.state = state
         self.link = link
-        self.limits = limits
         self.calls: dict[int, Call] = {}
         self.scope = trio.CancelScope(shield=True)
         self.done = trio.Event()
@@ -485,7 +482,7 @@ async def _serve_connection(
     link = _Link(stream, protocol, peer)
     protocol.initiate()
     link.take()
-    connection = _Connection(service, state, link, limits)
+    connection = _Connection(service, state, link)
     async with trio.open_nursery() as guard:
         guard.start_soon(connection.run)
         try:
