@@ -2,9 +2,9 @@
 
 ``trimq-admin [-n ADDR] [--json] [--timeout S] COMMAND [options]``. Commands keep mqadmin's
 names and flags (``reference/client-and-ecosystem.md`` §1.4) and its column headers; each
-lives in one module per family (``topics``, ``cluster``, ``consumer``, ``messages``,
-``consume``) and returns a :class:`~client.admin.output.Result`, printed as a table on a
-terminal or as one JSON document with ``--json``.
+lives in one module per family (``topics``, ``groups``, ``cluster``, ``consumer``,
+``messages``, ``consume``) and returns a :class:`~client.admin.output.Result`, printed as a
+table on a terminal or as one JSON document with ``--json``.
 
 Exit codes: 0 success; 1 a failed operation (one line on stderr naming the cause, no
 traceback); 2 usage errors (argparse's own). The name server is ``-n``, else ``NAMESRV_ADDR``,
@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 import structlog
 
-from client.admin import cluster, consume, consumer, messages, topics
+from client.admin import cluster, consume, consumer, groups, messages, topics
 from client.admin.output import Result
 from client.admin.session import Admin, AdminError, describe_broker_error, open_admin
 from client.config import ClientConfig, namesrv_from_env
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=5.0, metavar="S",
                         help="seconds per request and per connect (default 5)")  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for family in (topics, cluster, consumer, messages, consume):
+    for family in (topics, groups, cluster, consumer, messages, consume):
         family.register(sub)
     return parser
 
