@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NoReturn, Protocol, TypeVar
@@ -88,6 +88,10 @@ class Service(Protocol):
 
     def connection_closed(self, peer: str) -> None:
         """A connection ended (its calls are over)."""
+
+    def may_wait(self, path: str) -> bool:
+        """Whether a call of ``path`` may wait (a long poll, a stream, an fsync) and so needs
+        a task of its own; the others run in the reader once their request is complete."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,10 +258,13 @@ class Call:
     metadata: dict[str, str]
     peer: str
     link: _Link
-    #: Request messages; closed when the client half-closes.
-    requests: trio.MemoryReceiveChannel[bytes]
-    _requests_in: trio.MemorySendChannel[bytes]
+    #: Request messages of a call with a task of its own; closed when the client
+    #: half-closes. None for a call the reader runs itself (:attr:`payloads`).
+    requests: trio.MemoryReceiveChannel[bytes] | None
+    _requests_in: trio.MemorySendChannel[bytes] | None
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    #: The request messages of a call the reader runs itself (complete when it runs).
+    payloads: list[bytes] = field(default_factory=list)
     reset: bool = False
     ended: bool = False
     #: The client sent all its request messages.
@@ -276,16 +283,30 @@ class Call:
         Raises:
             GrpcError: INTERNAL when the client sent none or more than one.
         """
-        try:
-            payload = await self.requests.receive()
-        except trio.EndOfChannel:
-            raise GrpcError(GrpcStatus.INTERNAL, "the request carries no message") from None
-        try:
-            await self.requests.receive()
-        except trio.EndOfChannel:
-            return payload
-        # grpc-java's answer (INTERNAL, "More than one request messages for unary call …").
-        raise GrpcError(GrpcStatus.INTERNAL, "more than one request message on a unary call")
+        if self.requests is None:
+            payloads = self.payloads
+        else:
+            payloads = []
+            async for payload in self.requests:  # bounded: the client half-closes
+                payloads.append(payload)
+                if len(payloads) > 1:
+                    break
+        if not payloads:
+            raise GrpcError(GrpcStatus.INTERNAL, "the request carries no message")
+        if len(payloads) > 1:
+            # grpc-java's answer (INTERNAL, "More than one request messages for unary call").
+            raise GrpcError(GrpcStatus.INTERNAL, "more than one request message on a unary call")
+        return payloads[0]
+
+    async def messages(self) -> AsyncIterator[bytes]:
+        """The request messages as they arrive, until the client half-closes (streaming
+        calls: Telemetry)."""
+        if self.requests is None:
+            for payload in self.payloads:
+                yield payload
+            return
+        async for payload in self.requests:
+            yield payload
 
     def send_nowait(self, payload: bytes) -> None:
         """Queue a response message (written with the next flush)."""
@@ -453,7 +474,10 @@ class _Connection:
         self._stopping = True
         protocol.going_away = True  # new streams are refused from now on
         for call in list(self.calls.values()):
-            if not call.half_closed:  # waits for the client (Telemetry): end it now
+            if call.requests is None:  # no task yet: its request never completed
+                call.end_nowait(GrpcStatus.UNAVAILABLE, "broker stopping")
+                del self.calls[call.stream_id]
+            elif not call.half_closed:  # waits for the client (Telemetry): end it now
                 call.abort(GrpcStatus.UNAVAILABLE, "broker stopping")
         with trio.move_on_after(STOP_GRACE_S):
             while self.calls:
@@ -531,15 +555,22 @@ async def _read(
                 if call is not None:
                     _deliver(call, ev.payload)
             elif isinstance(ev, CallStarted):
-                call = _new_call(ev, link)
+                waits = service.may_wait(ev.path)
+                call = _new_call(ev, link, with_task=waits)
                 calls[ev.stream_id] = call
                 state.calls += 1
-                nursery.start_soon(_run_call, service, state, connection, call, ev.timeout_s)
+                if waits:
+                    nursery.start_soon(_run_call, service, state, connection, call, ev.timeout_s)
             elif isinstance(ev, CallHalfClosed):
                 call = calls.get(ev.stream_id)
                 if call is not None:
                     call.half_closed = True
-                    call._requests_in.close()
+                    if call._requests_in is None:
+                        # Complete and quick: run it here (no task, no channel, no scope);
+                        # its reply leaves with the others of this read.
+                        await _run_inline(service, state, connection, call)
+                    else:
+                        call._requests_in.close()
             elif isinstance(ev, CallReset):
                 call = calls.pop(ev.stream_id, None)
                 if call is not None:
@@ -555,7 +586,9 @@ async def _read(
             return
 
 
-def _new_call(ev: CallStarted, link: _Link) -> Call:
+def _new_call(ev: CallStarted, link: _Link, *, with_task: bool) -> Call:
+    if not with_task:
+        return Call(ev.stream_id, ev.path, ev.metadata, link.peer, link, None, None)
     # Unbounded in count, bounded in bytes by the message-size limit per message and by the
     # connection's flow-control window: the client cannot send more than we acknowledge.
     send, receive = trio.open_memory_channel[bytes](1 << 20)
@@ -563,10 +596,44 @@ def _new_call(ev: CallStarted, link: _Link) -> Call:
 
 
 def _deliver(call: Call, payload: bytes) -> None:
+    if call._requests_in is None:
+        if len(call.payloads) < 2:  # a second one is an error already (Call.request)
+            call.payloads.append(payload)
+        return
     # A message after half-close cannot happen (h2 refuses it); the channel's size is
     # bounded above.
     with contextlib.suppress(trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
         call._requests_in.send_nowait(payload)
+
+
+async def _run_inline(
+    service: Service, state: GrpcServerState, connection: _Connection, call: Call
+) -> None:
+    """Run a quick call in the reader: its request is complete, its handler does not wait
+    (:meth:`Service.may_wait`), so no deadline can pass meanwhile."""
+    state.in_flight += 1
+    try:
+        await _handle(service, call)
+    finally:
+        state.in_flight -= 1
+        if connection.calls.get(call.stream_id) is call:
+            del connection.calls[call.stream_id]
+        connection.call_ended()
+
+
+async def _handle(service: Service, call: Call) -> None:
+    """Run the call's handler and queue its trailers (errors become statuses)."""
+    handler = service.handler(call.path)
+    try:
+        if handler is None:
+            raise GrpcError(GrpcStatus.UNIMPLEMENTED, f"unknown method {call.path}")
+        await handler(call)
+        call.end_nowait()
+    except GrpcError as exc:
+        call.end_nowait(exc.status, exc.message)
+    except Exception as exc:  # a handler bug must not take the connection down
+        _log.exception("gRPC handler failed", path=call.path, peer=call.peer)
+        call.end_nowait(GrpcStatus.INTERNAL, f"internal error: {type(exc).__name__}")
 
 
 async def _run_call(
@@ -581,17 +648,7 @@ async def _run_call(
         call.scope.deadline = trio.current_time() + timeout_s
     try:
         with call.scope:
-            handler = service.handler(call.path)
-            try:
-                if handler is None:
-                    raise GrpcError(GrpcStatus.UNIMPLEMENTED, f"unknown method {call.path}")
-                await handler(call)
-                call.end_nowait()
-            except GrpcError as exc:
-                call.end_nowait(exc.status, exc.message)
-            except Exception as exc:  # a handler bug must not take the connection down
-                _log.exception("gRPC handler failed", path=call.path, peer=call.peer)
-                call.end_nowait(GrpcStatus.INTERNAL, f"internal error: {type(exc).__name__}")
+            await _handle(service, call)
         if call.scope.cancelled_caught and not call.reset:
             if call.aborted is not None:
                 call.end_nowait(*call.aborted)

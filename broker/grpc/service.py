@@ -106,6 +106,10 @@ class MessagingService:
         }
         self._handlers[_PATH + "ReceiveMessage"] = self.receive_message
         self._handlers[_PATH + "Telemetry"] = self.telemetry
+        waiting = ["ReceiveMessage", "Telemetry"]
+        if broker.config.flush == "sync":
+            waiting += ["SendMessage", "ForwardMessageToDeadLetterQueue"]
+        self._waiting = frozenset(_PATH + name for name in waiting)
 
     def handler(self, path: str) -> Handler | None:
         """The handler of ``path``; None for methods the proxy does not serve either
@@ -114,6 +118,11 @@ class MessagingService:
 
     def connection_closed(self, peer: str) -> None:
         """Nothing to forget: clients leave when their Telemetry stream ends."""
+
+    def may_wait(self, path: str) -> bool:
+        """Receives park and Telemetry streams; in SYNC flush mode a send (and a dead-letter
+        forward, a send too) waits for its fsync. Everything else is quick."""
+        return path in self._waiting
 
     # ------------------------------------------------------------------ routes
     async def query_route(self, call: Call, req: Any) -> Any:
@@ -186,7 +195,7 @@ class MessagingService:
         stream is the client's presence (it leaves when the stream ends)."""
         _require_client_id(call)
         try:
-            async for payload in call.requests:
+            async for payload in call.messages():
                 command = _parse(schema.TelemetryCommand, payload)
                 if command.WhichOneof("command") != "settings":
                     continue  # thread stack traces, verify results: nothing asked for them

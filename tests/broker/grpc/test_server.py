@@ -89,6 +89,11 @@ class FakeService:
     def handler(self, path: str) -> Handler | None:
         return self._handlers.get(path)
 
+    def may_wait(self, path: str) -> bool:
+        """Every fake method gets a task (several wait or stream); the broker's quick
+        methods run in the reader (the real-broker tests below)."""
+        return True
+
     def connection_closed(self, peer: str) -> None:
         self.closed_peers.append(peer)
 
@@ -109,7 +114,7 @@ class FakeService:
     async def bidi(self, call: Call) -> None:
         self._started(call)
         try:
-            async for payload in call.requests:
+            async for payload in call.messages():
                 await call.send(b"echo:" + payload)
         except trio.Cancelled:
             self.cancelled.append(call.path)
