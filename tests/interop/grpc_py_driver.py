@@ -25,9 +25,12 @@ Scenarios:
     one ``receive`` (long poll of S seconds) after ``polling``; ``received`` with how long it
     took.
 ``push --group G --topic T``
-    a PushConsumer whose listener fails messages by key: ``fail-once-*`` on their first
-    delivery, ``fail-always-*`` every time, the others never; ``consumed`` per call. Runs
-    until its standard input reaches end of file, then shuts down (``stopped``).
+    a PushConsumer whose listener fails messages by key: ``fail-once-*`` on its first call
+    for the message, ``fail-always-*`` every time, the others never; ``consumed`` per call.
+    Runs until its standard input reaches end of file, then shuts down (``stopped``). Whether
+    it consumes in order (FIFO) is the broker's answer to its settings: the scenario is the
+    same for a FIFO group (whose consumer retries a failed message locally, then forwards it
+    to the DLQ) and for a concurrent one (whose failed message is redelivered).
 ``cycles --kind producer|simple|push --count N``
     N start/shutdown cycles of one client kind (a producer sends one message per cycle).
 
@@ -281,13 +284,20 @@ def longpoll(args: argparse.Namespace) -> None:
 
 
 class KeyedListener(MessageListener):  # type: ignore[misc]
-    """Fails ``fail-once-*`` keys on their first delivery and ``fail-always-*`` always."""
+    """Fails ``fail-once-*`` keys on the first call for the message (a redelivery, or a FIFO
+    consumer's local retry, succeeds) and ``fail-always-*`` always."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
 
     def consume(self, message: Any) -> Any:
         keys = sorted(message.keys)
         key = keys[0] if keys else ""
-        attempt = message.delivery_attempt
-        fail = key.startswith("fail-always-") or (key.startswith("fail-once-") and attempt == 1)
+        with self._lock:
+            first = message.message_id not in self._seen
+            self._seen.add(message.message_id)
+        fail = key.startswith("fail-always-") or (key.startswith("fail-once-") and first)
         emit("consumed", key=key, at=time.time(), failed=fail, **describe(message))
         return ConsumeResult.FAILURE if fail else ConsumeResult.SUCCESS
 

@@ -18,6 +18,10 @@ Every wait is bounded; a new consumer group reads a young queue from its start (
 4. A parked long poll answers as soon as a message arrives.
 5. PushConsumer: quick startup (settings answered), a failed message comes again with
    delivery_attempt 2, an always-failing one lands in ``%DLQ%group`` after max attempts.
+   On a group made orderly (``updateSubGroup -o true``, before the consumer starts) the same
+   consumer consumes in order: each message group strictly in send order, a failing message
+   retried locally (the group's ``retryMaxTimes`` + 1 calls) while its group waits, then
+   forwarded to ``%DLQ%group`` and acked; other groups go on meanwhile.
 6. Start/shutdown cycles of every client kind leave nothing behind.
 """
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -36,17 +41,20 @@ import trio
 from structlog.testing import capture_logs
 
 from broker.app import BrokerHandle
+from broker.core.send import SendRequest
 from broker.schedule import SCHEDULE_TOPIC, TIMER_SRC
 from client.config import ClientConfig
 from client.message import Message, ReceivedMessage
 from client.producer import Producer
 from client.simple_consumer import SimpleConsumer
-from protocol.grpc.convert import SYSTEM_PROPERTY_NAMES
+from protocol.bodies.subscription import SubscriptionGroupConfig
+from protocol.codes import RequestCode, ResponseCode
+from protocol.grpc.convert import SHARDING_KEY, SYSTEM_PROPERTY_NAMES
 from protocol.message import MessageExt, decode_record
 from protocol.naming import dlq_topic
 from protocol.properties import KEYS, TAGS, UNIQ_KEY
 from scripts.interop_setup import ClientEnv
-from tests.broker.client import open_broker
+from tests.broker.client import open_broker, open_client
 from tests.interop.test_interop import (
     DriverRun,
     LiveDriver,
@@ -579,6 +587,120 @@ async def test_push_consumer_retry_and_dead_letter(
             check_clean(live.run)
             # Nothing more came meanwhile: 1 + 2 + 2 + 3 listener calls.
             assert len(live.run.of("consumed")) == 8, live.run.report()
+
+
+FIFO_PUSH_TOPIC = "GrpcFifoPush"
+FIFO_PUSH_GROUP = "fifo-push-grpc"
+#: The group's retryMaxTimes: 3 listener calls (1 s, then 5 s apart) before the DLQ. The
+#: broker's own limit stays 16, so the client's count shows the group's was used.
+FIFO_RETRY_MAX = 2
+#: Message groups and their keys in send order (the listener fails ``fail-always-*``).
+FIFO_PLAN = {"A": ["a-0", "fail-always-a1", "a-2"], "B": ["b-0", "b-1", "b-2"]}
+#: Sent while ``fail-always-a1`` is being retried: each must wait for its group's batch.
+FIFO_LATE = {"A": "a-3", "B": "b-3"}
+
+
+async def make_orderly(broker: Running, group: str, retry_max_times: int) -> None:
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), as ``mqadmin updateSubGroup -o true`` does."""
+    config = SubscriptionGroupConfig(
+        group, consume_message_orderly=True, retry_max_times=retry_max_times
+    )
+    async with open_client(broker.handle.port) as client:
+        reply = await client.call(
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, config.to_json()
+        )
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+
+
+async def send_to_group_queue(broker: Running, topic: str, group: str, key: str) -> None:
+    """Store a message of message group ``group`` in the queue its earlier messages are in
+    (where the gRPC front end puts them), as an official FIFO producer's."""
+    store = broker.handle.broker.store
+    queue_id = decode_record(store.messages_by_key(topic, FIFO_PLAN[group][0])[0])[0].queue_id
+    props = {SHARDING_KEY: group, KEYS: key, UNIQ_KEY: f"FIFO{key.upper()}"}
+    outcome = await broker.handle.broker.sends.send(
+        SendRequest(topic, key.encode(), props, queue_id)
+    )
+    assert outcome.result.ok, outcome
+
+
+async def test_push_consumer_on_a_fifo_group(
+    py_grpc: Callable[[Running], PyGrpc], tmp_path: Path
+) -> None:
+    """The official PushConsumer on an orderly group: messages of one message group are
+    consumed strictly in send order; a failing one is retried locally retryMaxTimes + 1 times
+    while the messages behind it (even those sent meanwhile) wait, then it lands in
+    %DLQ%group and is acked; the other message group is not held up."""
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+            py = py_grpc(broker)
+            await create_topic(broker.handle, FIFO_PUSH_TOPIC)
+            await make_orderly(broker, FIFO_PUSH_GROUP, FIFO_RETRY_MAX)
+            live = await py.start(
+                nursery, "consumer", "push", "--group", FIFO_PUSH_GROUP, "--topic", FIFO_PUSH_TOPIC
+            )
+            await live.wait_for("started", lambda: bool(live.run.of("started")), RUN_TIMEOUT)
+            plan = [
+                {"topic": FIFO_PUSH_TOPIC, "body": key, "keys": [key], "group": group}
+                for group, keys in FIFO_PLAN.items()
+                for key in keys
+            ]
+            await py.produce("producer", plan)
+
+            def calls(group: str) -> list[dict[str, Any]]:
+                return [e for e in live.run.of("consumed") if e["message_group"] == group]
+
+            await live.wait_for(
+                "the first failure",
+                lambda: any(e["key"] == "fail-always-a1" for e in calls("A")),
+                RUN_TIMEOUT,
+            )
+            for group, key in FIFO_LATE.items():
+                await send_to_group_queue(broker, FIFO_PUSH_TOPIC, group, key)
+            late_sent_at = time.time()  # the driver stamps its events with this clock
+            dlq = dlq_topic(FIFO_PUSH_GROUP)
+            store = broker.handle.broker.store
+
+            def settled() -> bool:
+                return (
+                    len(calls("A")) == len(FIFO_PLAN["A"]) + FIFO_RETRY_MAX + 1
+                    and len(calls("B")) == len(FIFO_PLAN["B"]) + 1
+                    and bool(store.messages_by_key(dlq, "fail-always-a1"))
+                )
+
+            # fail-always-a1: called, then 1 s and 5 s later again (the group's back-off).
+            await live.wait_for("every message consumed", settled, 30)
+            report = live.run.report()
+            attempts = [e["key"] for e in calls("A")]
+            assert attempts == [
+                "a-0", *["fail-always-a1"] * (FIFO_RETRY_MAX + 1), "a-2", "a-3"
+            ], report  # fmt: skip
+            assert [e["key"] for e in calls("B")] == ["b-0", "b-1", "b-2", "b-3"], report
+            # Local retries: the broker delivered each message once.
+            for event in live.run.of("consumed"):
+                assert event["delivery_attempt"] == 1 and not event["corrupted"], event
+                assert event["failed"] == event["key"].startswith("fail-always-"), event
+                assert event["message_type"] == 2, event  # FIFO
+            # The late messages were in the broker well before the failing one's last call:
+            # its queue held a-3 back until a-2 was done, while b-3 came at once.
+            failures = [e for e in calls("A") if e["failed"]]
+            (b3,) = [e for e in calls("B") if e["key"] == "b-3"]
+            (a2,) = [e for e in calls("A") if e["key"] == "a-2"]
+            assert failures[0]["at"] < late_sent_at < failures[-1]["at"] < a2["at"], report
+            assert late_sent_at < b3["at"] < failures[-1]["at"], report
+
+            (record,) = store.messages_by_key(dlq, "fail-always-a1")
+            dead, _ = decode_record(record)
+            assert dead.topic == dlq and dead.body == b"fail-always-a1"
+            assert dead.properties[UNIQ_KEY] == calls("A")[1]["message_id"]
+            await wait_until(
+                "nothing in flight",
+                lambda: broker.handle.statistics().core.pop.in_flight == 0,
+                10,
+            )
+            await live.stop()
+            check_clean(live.run)
+            assert len(live.run.of("consumed")) == len(calls("A")) + len(calls("B"))
 
 
 # ------------------------------------------------------------------ 6. cycles
