@@ -367,9 +367,10 @@ class MessagingService:
             msg = decode_record(item.record)[0]
             handle = encode_handle(item.receipt, msg.commit_log_offset)
             response = schema.ReceiveMessageResponse()
-            response.message.CopyFrom(
-                to_message(msg, receipt_handle=handle, invisible_ms=item.lease.invisible_ms)
-            )
+            to_message(
+                msg, receipt_handle=handle, invisible_ms=item.lease.invisible_ms,
+                out=response.message,
+            )  # fmt: skip
             call.send_nowait(response.SerializeToString())
         _send_delivery_timestamp(call, self.broker.clock.now_ms())
         try:

@@ -152,6 +152,8 @@ class GrpcConnection:
         self._h2 = h2.connection.H2Connection(config)
         self._splitter = FrameSplitter()
         self._streams: dict[int, _Stream] = {}
+        #: Streams with messages queued since the last data_to_send.
+        self._dirty: set[int] = set()
         self._max_message_size = max_message_size
         self._max_concurrent_streams = max_concurrent_streams
         self.going_away = False
@@ -172,7 +174,15 @@ class GrpcConnection:
         self._h2.increment_flow_control_window(_CONNECTION_WINDOW - 65535)
 
     def data_to_send(self) -> bytes:
-        """Bytes to write to the socket now (possibly empty)."""
+        """Bytes to write to the socket now (possibly empty). Messages queued since the last
+        call go to h2 here, as few DATA frames as the windows allow (a receive's 32 messages
+        are one frame, not 32)."""
+        if self._dirty and not self.closed:  # after a GOAWAY h2 takes nothing more
+            for sid in self._dirty:
+                stream = self._streams.get(sid)
+                if stream is not None:
+                    self._pump(sid, stream)
+        self._dirty.clear()
         return self._h2.data_to_send()
 
     @property
@@ -286,7 +296,7 @@ class GrpcConnection:
         data = encode_message(payload)
         stream.pending.append(memoryview(data))
         stream.unsent += len(data)
-        self._pump(stream_id, stream)
+        self._dirty.add(stream_id)  # pumped by data_to_send (or end_call), with the others
 
     def end_call(self, stream_id: int, status: int, message: str = "") -> None:
         """End a call with its status: trailers after the queued messages, or Trailers-Only
@@ -329,14 +339,20 @@ class GrpcConnection:
                 room = min(h2conn.local_flow_control_window(sid), h2conn.max_outbound_frame_size)
                 if room <= 0:
                     return
-                chunk = pending[0]
-                if len(chunk) <= room:
-                    pending.popleft()
-                else:
-                    pending[0] = chunk[room:]
-                    chunk = chunk[:room]
-                h2conn.send_data(sid, chunk)
-                stream.unsent -= len(chunk)
+                parts: list[memoryview] = []
+                size = 0
+                while pending and size < room:  # as many queued messages as one frame holds
+                    chunk = pending[0]
+                    take = room - size
+                    if len(chunk) <= take:
+                        pending.popleft()
+                    else:
+                        pending[0] = chunk[take:]
+                        chunk = chunk[:take]
+                    parts.append(chunk)
+                    size += len(chunk)
+                h2conn.send_data(sid, parts[0] if len(parts) == 1 else b"".join(parts))
+                stream.unsent -= size
         except h2.exceptions.StreamClosedError:
             self._streams.pop(sid, None)  # reset under us: its events follow
             return

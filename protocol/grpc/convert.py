@@ -172,9 +172,17 @@ def message_type_of(props: Mapping[str, str]) -> schema.MessageType:
     return schema.MessageType.NORMAL
 
 
-def to_message(msg: MessageExt, *, receipt_handle: str | None = None, invisible_ms: int = 0) -> Any:
-    """A stored record as a delivered v2 ``Message``."""
-    out = schema.Message()
+def to_message(
+    msg: MessageExt,
+    *,
+    receipt_handle: str | None = None,
+    invisible_ms: int = 0,
+    out: Any = None,
+) -> Any:
+    """A stored record as a delivered v2 ``Message`` (filled into ``out`` when given, e.g. a
+    response's ``message`` field: no copy)."""
+    if out is None:
+        out = schema.Message()
     out.topic.name = msg.topic
     props = msg.properties
     for name, value in props.items():
