@@ -34,13 +34,22 @@ from broker.store.api import GetStatus, MessageToStore, PutResult
 from broker.store.commitlog import ScanItem
 from broker.store.files import atomic_write, read_optional
 from broker.topics import TopicManager
-from protocol.errors import RecordError
+from protocol.codes import ResponseCode
+from protocol.errors import BrokerError, RecordError
 from protocol.message import decode_record, decode_records
-from protocol.properties import CRC32, REAL_QID, REAL_TOPIC, TIMER_OUT_MS
+from protocol.properties import CRC32, REAL_QID, REAL_TOPIC, TIMER_OUT_MS, UNIQ_KEY
 
 _log = get_logger("timers")
 RETRY_DELAY_MS = 1_000
 SCHEDULE_QUEUES = TIMER_QUEUE + 1
+#: Where recall markers go (a system topic: no producer writes it, no consumer reads it).
+RECALL_TOPIC = "rmq_sys_TIMER_RECALL"
+#: A recall marker's property: ``"<queue>:<queue offset>"`` of the cancelled record.
+TIMER_RECALL = "TIMER_RECALL"
+
+
+def _not_found(what: str) -> BrokerError:
+    return BrokerError(what, code=ResponseCode.QUERY_NOT_FOUND)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +64,8 @@ class TimerStatistics:
     pending: int
     #: Copies written and waiting for their fsync now.
     in_flight: int
+    #: Scheduled records cancelled before their delivery (RecallMessage) since the start.
+    recalled: int = 0
 
 
 class TimerService:
@@ -80,6 +91,7 @@ class TimerService:
         self._in_flight: dict[tuple[int, int], int] = {}  # (queue, offset) -> copy's end
         self._delivered = 0
         self._retried = 0
+        self._recalled = 0
 
     # ------------------------------------------------------------------ start-up
     def load(self) -> None:
@@ -105,8 +117,9 @@ class TimerService:
                 msg, _ = decode_record(item.data)
             except RecordError:
                 continue
-            src = parse_src(msg.properties.get(TIMER_SRC, ""))
-            if src is not None:
+            props = msg.properties
+            src = parse_src(props.get(TIMER_SRC, "") or props.get(TIMER_RECALL, ""))
+            if src is not None:  # a delivered copy, or a recall
                 self.schedule.mark_delivered(*src)
 
     def _schedule_queue(self, queue_id: int) -> None:
@@ -144,6 +157,8 @@ class TimerService:
                 await self._deliver(due)
 
     async def _deliver(self, due: Due) -> None:
+        if self.schedule.delivered(due.queue_id, due.queue_offset):
+            return  # recalled
         got = self.store.get(SCHEDULE_TOPIC, due.queue_id, due.queue_offset, 1)
         if got.status is not GetStatus.FOUND or got.offsets[0] != due.queue_offset:
             self.schedule.mark_delivered(due.queue_id, due.queue_offset)  # gone: retention
@@ -184,6 +199,42 @@ class TimerService:
             self.schedule.retry(due, self.clock_ms() + RETRY_DELAY_MS)
             self.poke()
 
+    # ------------------------------------------------------------------ recall
+    async def recall(self, topic: str, queue_id: int, queue_offset: int, uniq_key: str) -> None:
+        """Cancel the scheduled record at (``queue_id``, ``queue_offset``) if it is ``topic``'s
+        message ``uniq_key`` and not delivered yet. A marker record in the log
+        (:data:`RECALL_TOPIC`, property :data:`TIMER_RECALL`) makes it survive a crash, as a
+        delivered copy's ``TIMER_SRC`` does; the checkpoint's progress covers the rest.
+
+        Raises:
+            BrokerError: ``QUERY_NOT_FOUND`` (no such waiting message) or
+                ``SERVICE_NOT_AVAILABLE`` (the marker could not be written).
+        """
+        key = (queue_id, queue_offset)
+        if self.schedule.delivered(*key) or key in self._in_flight:
+            raise _not_found(f"message {uniq_key} was delivered or recalled already")
+        got = self.store.get(SCHEDULE_TOPIC, queue_id, queue_offset, 1)
+        if got.status is not GetStatus.FOUND or got.offsets[0] != queue_offset:
+            raise _not_found(f"no delayed message {uniq_key} waits there")
+        msg, _ = decode_record(got.body)
+        if msg.properties.get(REAL_TOPIC) != topic or msg.properties.get(UNIQ_KEY) != uniq_key:
+            raise _not_found(f"no delayed message {uniq_key} of topic {topic} waits there")
+        self.topics.ensure(RECALL_TOPIC, 1)
+        marker = MessageToStore(
+            RECALL_TOPIC, 0, b"", {TIMER_RECALL: f"{queue_id}:{queue_offset}", UNIQ_KEY: uniq_key},
+            0, 0, self.clock_ms(), ("127.0.0.1", 0), 0,
+        )  # fmt: skip
+        result = await self.storage.put(marker)
+        if not result.ok:
+            raise BrokerError(
+                f"recall not recorded: {result.remark or result.status.value}",
+                code=ResponseCode.SERVICE_NOT_AVAILABLE,
+            )
+        if self.schedule.delivered(*key) or key in self._in_flight:  # delivered meanwhile
+            raise _not_found(f"message {uniq_key} was delivered meanwhile")
+        self.schedule.mark_delivered(*key)
+        self._recalled += 1
+
     def statistics(self) -> TimerStatistics:
         """A snapshot of the counters."""
         return TimerStatistics(
@@ -191,6 +242,7 @@ class TimerService:
             retried=self._retried,
             pending=self.schedule.pending,
             in_flight=len(self._in_flight),
+            recalled=self._recalled,
         )
 
     # ------------------------------------------------------------------ persistence

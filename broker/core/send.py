@@ -110,13 +110,24 @@ class BatchSendRequest:
     default_topic_queue_nums: int = 4
 
 
+class Scheduled(NamedTuple):
+    """Where a delayed message waits for its delivery (what a recall names)."""
+
+    #: Its queue and offset in SCHEDULE_TOPIC_XXXX.
+    queue_id: int
+    queue_offset: int
+    deliver_ms: int
+
+
 class SendOutcome(NamedTuple):
     """Where a message went: the put's result, and the queue it was stored in (for a
-    delayed message, the queue it will be delivered to). A named tuple: one per message."""
+    delayed message, the queue it will be delivered to, and where it waits meanwhile). A
+    named tuple: one per message."""
 
     result: PutResult
     topic: str
     queue_id: int
+    scheduled: Scheduled | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,9 +265,21 @@ class SendService:
             msg.born_timestamp, msg.born_host, msg.reconsume_times,
         )  # fmt: skip
         result = await self.storage.put(parked)
-        if result.ok:
-            self.timers.scheduled(result, schedule_queue, deliver_ms)
-        return SendOutcome(result, msg.topic, msg.queue_id)
+        if not result.ok:
+            return SendOutcome(result, msg.topic, msg.queue_id)
+        self.timers.scheduled(result, schedule_queue, deliver_ms)
+        where = Scheduled(schedule_queue, result.queue_offset, deliver_ms)
+        return SendOutcome(result, msg.topic, msg.queue_id, where)
+
+    async def recall(self, topic: str, where: Scheduled, uniq_key: str) -> None:
+        """Cancel a delayed message of ``topic`` before its delivery (RocketMQ 5.3's
+        RecallMessage): it is never delivered, across restarts and crashes too.
+
+        Raises:
+            BrokerError: ``QUERY_NOT_FOUND`` when no such delayed message waits there (wrong
+                topic or id, or already delivered or recalled).
+        """
+        await self.timers.recall(topic, where.queue_id, where.queue_offset, uniq_key)
 
     def _schedule(self, properties: Mapping[str, str]) -> tuple[int, int] | None:
         """(schedule queue, delivery ms) of a delayed or timer message, else None."""

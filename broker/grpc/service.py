@@ -24,7 +24,7 @@ from google.protobuf.message import DecodeError
 
 from broker.core.broker import Broker
 from broker.core.pop import PopBatch
-from broker.core.send import SendRequest
+from broker.core.send import Scheduled, SendRequest
 from broker.grpc.clients import GrpcClients
 from broker.grpc.server import Call, GrpcError, Handler
 from broker.grpc.status import code_of_error, code_of_put, status
@@ -40,8 +40,10 @@ from protocol.grpc.convert import (
     SHARDING_KEY,
     MessageRejected,
     decode_handle,
+    decode_recall_handle,
     duration_ms,
     encode_handle,
+    encode_recall_handle,
     java_hash,
     properties_of,
     set_timestamp,
@@ -269,6 +271,11 @@ class MessagingService:
             return status(code_of_put(outcome.result.status), outcome.result.remark)
         entry.message_id = system.message_id
         entry.offset = outcome.result.queue_offset
+        if outcome.scheduled is not None:
+            where = outcome.scheduled
+            entry.recall_handle = encode_recall_handle(
+                topic, where.queue_id, where.queue_offset, system.message_id
+            )
         return status(Code.OK)
 
     def _queue_for(self, topic: str, group: str | None) -> int:
@@ -288,9 +295,25 @@ class MessagingService:
         return out
 
     async def recall_message(self, call: Call, req: Any) -> Any:
-        """Recalling a delay message is not supported yet."""
+        """Cancel a delayed message before its delivery, by the handle its send returned."""
         out = schema.RecallMessageResponse()
-        out.status.CopyFrom(status(Code.NOT_IMPLEMENTED, "recalling messages: not yet"))
+        try:
+            topic, queue_id, offset, message_id = decode_recall_handle(req.recall_handle)
+        except ValueError as exc:
+            out.status.CopyFrom(status(Code.BAD_REQUEST, f"bad recall handle: {exc}"))
+            return out
+        if topic != req.topic.name:
+            out.status.CopyFrom(
+                status(Code.BAD_REQUEST, f"the handle is of topic {topic}, not {req.topic.name}")
+            )
+            return out
+        try:
+            await self.broker.sends.recall(topic, Scheduled(queue_id, offset, 0), message_id)
+        except TrimqError as exc:
+            out.status.CopyFrom(status(code_of_error(exc), str(exc)))
+            return out
+        out.message_id = message_id
+        out.status.CopyFrom(status(Code.OK))
         return out
 
     # ------------------------------------------------------------------ receiving

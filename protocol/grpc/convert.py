@@ -17,6 +17,7 @@ dead-letter forward needs. A Remoting receipt (no offset) is accepted too.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import zlib
 from collections.abc import Mapping
@@ -279,3 +280,33 @@ def decode_handle(handle: str) -> tuple[ExtraInfo, int | None]:
             raise ReceiptError(f"receipt handle's commit-log offset is not a number: {offset!r}")
         return ExtraInfo.decode(" ".join(parts)), int(offset)
     return ExtraInfo.decode(handle), None
+
+
+# ------------------------------------------------------------------ recall handles
+_RECALL_VERSION: Final = "trimq1"
+
+
+def encode_recall_handle(topic: str, queue_id: int, queue_offset: int, message_id: str) -> str:
+    """The recall handle of a delayed message: where it waits (its queue and offset in
+    SCHEDULE_TOPIC_XXXX), its topic and id; opaque to clients (base64, as RocketMQ's)."""
+    text = f"{_RECALL_VERSION} {topic} {queue_id}:{queue_offset} {message_id}"
+    return base64.urlsafe_b64encode(text.encode()).decode()
+
+
+def decode_recall_handle(handle: str) -> tuple[str, int, int, str]:
+    """(topic, queue id, queue offset, message id) of a recall handle.
+
+    Raises:
+        ValueError: not one of ours.
+    """
+    try:
+        text = base64.urlsafe_b64decode(handle.encode()).decode()
+    except (ValueError, UnicodeError):
+        raise ValueError("recall handle is not base64 text") from None
+    parts = text.split(" ")
+    if len(parts) != 4 or parts[0] != _RECALL_VERSION:
+        raise ValueError("not a recall handle of this broker")
+    queue, _, offset = parts[2].partition(":")
+    if not (queue.isdigit() and offset.isdigit()):
+        raise ValueError("recall handle names no queue position")
+    return parts[1], int(queue), int(offset), parts[3]

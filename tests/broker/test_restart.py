@@ -46,8 +46,12 @@ from broker.store.commitlog import segment_name
 from broker.store.files import read_optional
 from broker.store.record import check_record
 from broker.store.store import MessageStore
+from broker.timers import RECALL_TOPIC
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
+from protocol.grpc import schema
+from protocol.grpc.codes import Code
+from protocol.grpc.convert import encode_recall_handle
 from protocol.headers.offsets import (
     QueryConsumerOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
@@ -65,6 +69,7 @@ from protocol.headers.send import (
 from protocol.message import MessageExt, decode_record, decode_records
 from protocol.properties import UNIQ_KEY, encode_properties
 from tests.broker.client import TEST_SETTINGS, BrokerClient, ConnectionClosedError, open_client
+from tests.broker.grpc.client import open_grpc_client
 from tests.broker.test_process import STOP_TIMEOUT, BrokerProcess
 from tests.broker.test_process import run_broker as run_process_broker
 
@@ -568,3 +573,39 @@ async def test_timers_across_kill9_neither_refire_nor_get_lost(
                     "pending-at-kill",
                 ]
             await sigterm(broker)
+
+
+async def test_a_recalled_timer_stays_recalled_across_kill9(tmp_path: Path) -> None:
+    """RecallMessage (gRPC) cancels a pending timer; its marker in the log, written out
+    before the kill, keeps it cancelled after ``kill -9`` and recovery, while its twin (due
+    at the same time, not recalled) is delivered once."""
+    data_dir = tmp_path / "data"
+    with trio.fail_after(TEST_BUDGET_S):
+        async with broker_process(data_dir) as broker:
+            async with open_client(broker.port) as client:
+                delay = str(PENDING_MS)
+                await send_ok(client, TIMERS, "twin", TIMER_DELAY_MS=delay)
+                await send_ok(client, TIMERS, "recalled", TIMER_DELAY_MS=delay)
+                parked = await pull_queue(client, SCHEDULE_TOPIC, TIMER_QUEUE)
+                (target,) = [m for m in parked if m.properties[UNIQ_KEY] == "recalled"]
+                assert broker.grpc_port is not None
+                async with open_grpc_client(broker.grpc_port) as grpc:
+                    req = schema.RecallMessageRequest()
+                    req.topic.name = TIMERS
+                    req.recall_handle = encode_recall_handle(
+                        TIMERS, TIMER_QUEUE, target.queue_offset, "recalled"
+                    )
+                    answer = (await grpc.unary("RecallMessage", req)).one(
+                        schema.RecallMessageResponse
+                    )
+                    assert answer.status.code == Code.OK, answer
+                (marker,) = await pull_queue(client, RECALL_TOPIC, 0)
+                with trio.fail_after(10):
+                    await poll(lambda: on_disk(data_dir, marker))
+            await kill9(broker)
+
+        async with broker_process(data_dir) as broker, open_client(broker.port) as client:
+            with trio.fail_after(PENDING_MS / 1000 + 10):
+                await wait_for_count(client, TIMERS, 1)
+            got = await pull_queue(client, TIMERS, 0)
+            assert [m.properties[UNIQ_KEY] for m in got] == ["twin"]

@@ -27,6 +27,7 @@ from protocol.grpc import schema
 from protocol.grpc.codes import Code, GrpcStatus
 from protocol.grpc.framing import percent_decode
 from protocol.headers.send import SendMessageRequestHeader
+from protocol.message import decode_records
 from protocol.properties import TAGS, UNIQ_KEY, encode_properties
 from tests.broker.client import open_broker, open_client
 from tests.broker.grpc.client import (
@@ -443,3 +444,59 @@ async def test_telemetry_answers_settings_with_status_ok_and_ends_with_the_clien
                 reply = await call.result()
             assert reply.status == 0
             assert reply.headers[":status"] == "200"
+
+
+async def test_recall_cancels_a_delayed_message_before_its_delivery(tmp_path: Path) -> None:
+    """SendMessage of a delayed message returns a recall handle; RecallMessage with it means
+    the message is never delivered (a twin due at the same time is); a second recall, a
+    foreign topic and a handle that is not ours are refused."""
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as handle, open_grpc_client(handle.grpc_port) as client:
+            deliver_at = handle.broker.clock.now_ms() + 1_500
+
+            def delayed(body: bytes) -> Any:
+                req = send_request("RecallTopic", body)
+                message = req.messages[0]
+                message.system_properties.message_type = schema.MessageType.DELAY
+                ts = message.system_properties.delivery_timestamp
+                ts.seconds, ts.nanos = divmod(deliver_at, 1000)
+                ts.nanos *= 1_000_000
+                return req
+
+            kept = (await client.unary("SendMessage", delayed(b"kept"))).one(
+                schema.SendMessageResponse
+            )
+            gone = (await client.unary("SendMessage", delayed(b"recalled"))).one(
+                schema.SendMessageResponse
+            )
+            handle_text = gone.entries[0].recall_handle
+            assert handle_text and kept.entries[0].recall_handle
+
+            def recall(topic: str, text: str) -> Any:
+                req = schema.RecallMessageRequest()
+                req.topic.name, req.recall_handle = topic, text
+                return req
+
+            ok = (await client.unary("RecallMessage", recall("RecallTopic", handle_text))).one(
+                schema.RecallMessageResponse
+            )
+            assert ok.status.code == Code.OK and ok.message_id == gone.entries[0].message_id
+            for topic, text, code in (
+                ("RecallTopic", handle_text, Code.NOT_FOUND),  # recalled already
+                ("Other", handle_text, Code.BAD_REQUEST),
+                ("RecallTopic", "not-a-handle", Code.BAD_REQUEST),
+            ):
+                refused = (await client.unary("RecallMessage", recall(topic, text))).one(
+                    schema.RecallMessageResponse
+                )
+                assert refused.status.code == code, (topic, text, refused)
+            # The twin arrives (a parked receive wakes on its delivery); both were due at once.
+            assert bodies(await receive(client, "RecallTopic")) == [b"kept"]
+            timers = handle.broker.timers
+            assert (timers.statistics().delivered, timers.statistics().recalled) == (1, 1)
+            got = handle.broker.store.get("RecallTopic", 0, 0, 32)
+            bodies_there = [m.body for m in decode_records(got.body)] if got.body else []
+            for queue_id in range(1, 4):
+                more = handle.broker.store.get("RecallTopic", queue_id, 0, 32)
+                bodies_there += [m.body for m in decode_records(more.body)] if more.body else []
+            assert bodies_there == [b"kept"]
