@@ -81,6 +81,11 @@ class ScenarioError(Exception):
     """Something the scenario did not expect (reported as an ``error`` event)."""
 
 
+#: TLS to the broker (``TRIMQ_DRIVER_TLS=1``; the CA comes from
+#: ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``, as the client verifies against system roots).
+TLS = os.environ.get("TRIMQ_DRIVER_TLS") == "1"
+
+
 def config(endpoint: str) -> ClientConfiguration:
     return ClientConfiguration(endpoint, Credentials("", ""), request_timeout=REQUEST_TIMEOUT)
 
@@ -128,7 +133,7 @@ def bounded(within: float) -> Callable[[], bool]:
 def produce(args: argparse.Namespace) -> None:
     plan = json.loads(Path(args.plan).read_text(encoding="utf-8"))
     topics = sorted({item["topic"] for item in plan})
-    producer = Producer(config(args.endpoint), tuple(topics))
+    producer = Producer(config(args.endpoint), tuple(topics), tls_enable=TLS)
     started = time.monotonic()
     producer.startup()
     emit("started", seconds=time.monotonic() - started)
@@ -173,7 +178,9 @@ def add_keys(msg: Any, keys: list[str]) -> None:
 
 def simple_consumer(args: argparse.Namespace, await_s: int) -> SimpleConsumer:
     sub = {args.topic: FilterExpression(args.expression)}
-    consumer = SimpleConsumer(config(args.endpoint), args.group, sub, await_duration=await_s)
+    consumer = SimpleConsumer(
+        config(args.endpoint), args.group, sub, await_duration=await_s, tls_enable=TLS
+    )
     started = time.monotonic()
     consumer.startup()
     emit("started", seconds=time.monotonic() - started)

@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 import trio
+import trustme
 from structlog.testing import capture_logs
 
 from broker.app import BrokerHandle
@@ -153,6 +154,8 @@ class PyGrpc:
     tmp: Path
     endpoint: str
     runs: list[DriverRun] = field(default_factory=list)
+    #: More environment for the driver (TLS).
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     def _prepare(self, label: str, scenario: str, args: tuple[str, ...]) -> tuple[
         DriverRun, list[str], dict[str, str]
@@ -164,7 +167,7 @@ class PyGrpc:
         assert self.env.python is not None
         command = [str(self.env.python), "-I", str(DRIVER), scenario,
                    "--endpoint", self.endpoint, *args]  # fmt: skip
-        return run, command, {**real_clock_environ(), "HOME": str(home)}
+        return run, command, {**real_clock_environ(), "HOME": str(home), **self.extra_env}
 
     async def run(
         self, label: str, scenario: str, *args: str, allow: tuple[re.Pattern[str], ...] = ()
@@ -761,3 +764,30 @@ async def test_start_shutdown_cycles(py_grpc: Callable[[Running], PyGrpc], tmp_p
             assert grpc is not None
             await wait_until("every call over", lambda: grpc.in_flight == 0, 10)
             assert grpc.broken == 0 and grpc.refused == 0, broker.handle.statistics()
+
+
+async def test_tls_with_a_verified_certificate_and_plaintext_on_the_same_port(
+    client_env: ClientEnv, tmp_path: Path
+) -> None:
+    """``tls_enable=True`` (the client verifies the certificate against its roots: a trustme
+    CA here) and plaintext clients on one gRPC port, one store."""
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1", "localhost")
+    cert, key, roots = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(roots))
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path, tls_cert=cert, tls_key=key) as broker:
+            tls_env = {"TRIMQ_DRIVER_TLS": "1", "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(roots)}
+            tls = PyGrpc(client_env, tmp_path, broker.endpoint, extra_env=tls_env)
+            plain = PyGrpc(client_env, tmp_path, broker.endpoint)
+            await tls.produce("tls-producer", [{"topic": "TlsTopic", "body": "over tls"}])
+            await plain.produce("plain-producer", [{"topic": "TlsTopic", "body": "plain"}])
+            run = await tls.run(
+                "tls-consumer", "receive", "--group", "tls-group", "--topic", "TlsTopic",
+                "--count", "2", "--within", "15",
+            )  # fmt: skip
+            assert sorted(e["body"] for e in run.of("received")) == ["over tls", "plain"]
+            grpc = broker.handle.statistics().grpc
+            assert grpc is not None and grpc.tls >= 2  # the producer's and the consumer's
