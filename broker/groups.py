@@ -57,11 +57,7 @@ class SubscriptionGroupManager:
         self._version = wrapper.data_version
 
     def _persist(self) -> None:
-        self._version = DataVersion(
-            timestamp=self.clock.now_ms(),
-            counter=self._version.counter + 1,
-            state_version=self._version.state_version,
-        )
+        self._version = self._version.next(self.clock.now_ms())
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, self.snapshot().to_json())
 

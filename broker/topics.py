@@ -65,11 +65,7 @@ class TopicManager:
         self._version = wrapper.data_version
 
     def _persist(self) -> None:
-        self._version = DataVersion(
-            timestamp=self.clock.now_ms(),
-            counter=self._version.counter + 1,
-            state_version=self._version.state_version,
-        )
+        self._version = self._version.next(self.clock.now_ms())
         wrapper = TopicConfigSerializeWrapper(dict(self._topics), self._version)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path, wrapper.to_json())

@@ -39,6 +39,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 import trio
 
 from broker.logs import get_logger
+from broker.peers import peer_of
 from protocol.grpc.codes import GrpcStatus
 from protocol.grpc.connection import (
     CallHalfClosed,
@@ -661,15 +662,3 @@ async def _run_call(
         if connection.calls.get(call.stream_id) is call:
             del connection.calls[call.stream_id]
         connection.call_ended()
-
-
-def peer_of(stream: trio.abc.Stream) -> str:
-    """``host:port`` of the other end, ``?`` when the stream is no socket or cannot say."""
-    sock = getattr(stream, "socket", None)
-    if sock is None:
-        return "?"
-    try:
-        host, port = sock.getpeername()[:2]
-    except OSError:
-        return "?"
-    return f"{host}:{port}"

@@ -348,11 +348,9 @@ class MessagingService:
                 attempt_id=req.attempt_id if req.HasField("attempt_id") else None,
                 init_mode=INIT_MODE_MAX,
             )
-        except _Refused as exc:
-            _send_receive_status(call, exc.code, str(exc))
-            return
-        except TrimqError as exc:
-            _send_receive_status(call, code_of_error(exc), str(exc))
+        except (_Refused, TrimqError) as exc:
+            refusal = _refusal(exc)
+            _send_receive_status(call, refusal.code, refusal.message)
             return
         batch = await self.broker.pops.pop(pop, poll_ms=poll_ms)
         if req.auto_renew and batch.found:
@@ -435,10 +433,8 @@ class MessagingService:
         try:
             receipt, _ = _receipt_of(handle)
             self.broker.pops.ack(group, topic, receipt.queue_id, _offset(receipt), receipt)
-        except _Refused as exc:
-            return status(exc.code, str(exc))
-        except TrimqError as exc:
-            return status(code_of_error(exc, name_code=Code.ILLEGAL_CONSUMER_GROUP), str(exc))
+        except (_Refused, TrimqError) as exc:
+            return _refusal(exc, name_code=Code.ILLEGAL_CONSUMER_GROUP)
         return status(Code.OK)
 
     async def change_invisible_duration(self, call: Call, req: Any) -> Any:
@@ -453,11 +449,8 @@ class MessagingService:
             lease = self.broker.pops.change(
                 req.group.name, req.topic.name, receipt.queue_id, offset, receipt, invisible_ms
             )
-        except _Refused as exc:
-            out.status.CopyFrom(status(exc.code, str(exc)))
-            return out
-        except TrimqError as exc:
-            out.status.CopyFrom(status(code_of_error(exc), str(exc)))
+        except (_Refused, TrimqError) as exc:
+            out.status.CopyFrom(_refusal(exc))
             return out
         renewed = ExtraInfo(
             receipt.ck_queue_offset,
@@ -485,11 +478,8 @@ class MessagingService:
                 raise _Refused(Code.INVALID_RECEIPT_HANDLE, "receipt handle has no log offset")
             await self.broker.sends.dead_letter(group, commit_offset, req.message_id or None)
             self.broker.pops.ack(group, topic, receipt.queue_id, _offset(receipt), receipt)
-        except _Refused as exc:
-            out.status.CopyFrom(status(exc.code, str(exc)))
-            return out
-        except TrimqError as exc:
-            out.status.CopyFrom(status(code_of_error(exc), str(exc)))
+        except (_Refused, TrimqError) as exc:
+            out.status.CopyFrom(_refusal(exc))
             return out
         out.status.CopyFrom(status(Code.OK))
         return out
@@ -504,6 +494,14 @@ class _Refused(Exception):
     def __init__(self, code: Code, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+def _refusal(exc: Exception, *, name_code: Code = Code.BAD_REQUEST) -> Any:
+    """The v2 ``Status`` of an RPC's own refusal or a core error."""
+    if isinstance(exc, _Refused):
+        return status(exc.code, str(exc))
+    assert isinstance(exc, TrimqError)
+    return status(code_of_error(exc, name_code=name_code), str(exc))
 
 
 def _unary(method: schema.Method, fn: Callable[[Call, Any], Awaitable[Any]]) -> Handler:

@@ -35,6 +35,7 @@ from typing import Any, Generic, NoReturn, Protocol, TypeVar
 import trio
 
 from broker.logs import get_logger
+from broker.peers import peer_of
 from broker.remoting.connection import Connection, encode_reply, run_writer
 from broker.remoting.dispatch import Registry
 from protocol.command import RemotingCommand
@@ -359,15 +360,3 @@ async def _run_request(
         # Only once the reply is handed over: a graceful stop waits for in_flight == 0 and
         # then for the writers to drain.
         state.request_finished()
-
-
-def peer_of(stream: trio.abc.Stream) -> str:
-    """``host:port`` of the other end, ``?`` when the stream is no socket or cannot say."""
-    sock = getattr(stream, "socket", None)
-    if sock is None:
-        return "?"
-    try:
-        host, port = sock.getpeername()[:2]
-    except OSError:
-        return "?"
-    return f"{host}:{port}"

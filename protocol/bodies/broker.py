@@ -103,6 +103,10 @@ class DataVersion(JsonBody):
         f = Fields(obj, path)
         return cls(f.int64("timestamp"), f.int64("counter"), f.int64("stateVersion"))
 
+    def next(self, now_ms: int) -> DataVersion:
+        """The version after one more change at ``now_ms``."""
+        return DataVersion(now_ms, self.counter + 1, self.state_version)
+
     def to_obj(self) -> dict[str, object]:
         """The JSON object."""
         return {
