@@ -21,13 +21,17 @@ receive.
    the Node producer sends, trimq's Remoting SimpleConsumer reads intact.
 3. PushConsumer: startup returns; a message its listener fails once is nacked with 0 s,
    comes back promptly with delivery_attempt 2 and is acked; one it always fails lands in
-   ``%DLQ%group`` after max attempts (the Node client never forwards it itself).
+   ``%DLQ%group`` after max attempts (the Node client never forwards it itself). On a group
+   made orderly (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, before it starts) the broker's
+   settings make it FIFO, and two message groups sent interleaved by the Node producer are
+   each consumed once, strictly in send order.
 4. Shutdown hygiene: 20 start/shutdown cycles each of Producer and SimpleConsumer and a few
    PushConsumers against one broker: every process exits 0, no client error, nothing left
    registered or in a call on the broker.
 
 Client bugs worked around in the driver (not broker matters): the push consumer's consume
-service opens its own file logger that shutdown never closes (Node would never exit), and a
+services open their own file logger that shutdown never closes (Node would never exit; the
+FIFO one keeps it private, so the driver hands them its own logger), and a
 push consumer shut down within 1 s of startup runs its first assignment scan afterwards on
 a fresh channel and receives for ever (so cycles wait for the first receive).
 """
@@ -52,12 +56,14 @@ from client.config import ClientConfig
 from client.message import Message, ReceivedMessage
 from client.producer import Producer
 from client.simple_consumer import SimpleConsumer
+from protocol.bodies.subscription import SubscriptionGroupConfig
+from protocol.codes import RequestCode, ResponseCode
 from protocol.grpc.convert import SHARDING_KEY, SYSTEM_PROPERTY_NAMES
 from protocol.message import MessageExt, decode_record
 from protocol.naming import dlq_topic
 from protocol.properties import KEYS, TAGS, UNIQ_KEY
 from scripts.interop_setup import ClientEnv
-from tests.broker.client import open_broker
+from tests.broker.client import open_broker, open_client
 from tests.interop.test_interop import (
     DriverRun,
     LiveDriver,
@@ -511,6 +517,76 @@ async def test_push_consumer_nack_and_redelivery(
             consumed = len(live.run.of("consumed"))
             assert consumed == 1 + 2 + 1 + MAX_RECONSUME + 1, live.run.report()
             assert broker.handle.broker.clients.client_ids(PUSH_GROUP) == []
+
+
+FIFO_TOPIC = "NodeGrpcFifoPush"
+FIFO_PUSH_GROUP = "fifo-push-node"
+#: Message groups and their keys, each in send order; sent interleaved (a-0, b-0, a-1, ...).
+FIFO_PLAN = {"A": [f"a-{i}" for i in range(5)], "B": [f"b-{i}" for i in range(5)]}
+
+
+async def make_orderly(broker: Running, group: str) -> None:
+    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), as ``mqadmin updateSubGroup -o true`` does."""
+    config = SubscriptionGroupConfig(group, consume_message_orderly=True)
+    async with open_client(broker.handle.port) as client:
+        reply = await client.call(
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, config.to_json()
+        )
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+
+
+async def test_push_consumer_on_a_fifo_group(
+    node_grpc: Callable[[Running], NodeGrpc], tmp_path: Path
+) -> None:
+    """The official PushConsumer on a group made orderly before it starts: the broker's
+    settings make it FIFO (its FifoConsumeService), and the messages the Node producer sent
+    in two message groups, interleaved, are each consumed once, every message group strictly
+    in send order; every lease ends (acked) and it shuts down cleanly."""
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+            node = node_grpc(broker)
+            await create_topic(broker.handle, FIFO_TOPIC)
+            await make_orderly(broker, FIFO_PUSH_GROUP)
+            live = await node.start(
+                nursery, "push", "push", "--topic", FIFO_TOPIC, "--group", FIFO_PUSH_GROUP
+            )
+            await live.wait_for("started", lambda: bool(live.run.of("started")), RUN_TIMEOUT)
+            (started,) = live.run.of("started")
+            assert started["consume_service"] == "FifoConsumeService", live.run.report()
+
+            order = [key for pair in zip(*FIFO_PLAN.values(), strict=True) for key in pair]
+            group_of = {key: group for group, keys in FIFO_PLAN.items() for key in keys}
+            plan = [{"body": key, "keys": [key], "group": group_of[key]} for key in order]
+            _, sent = await node.produce("producer", FIFO_TOPIC, plan)
+            ids = {order[e["index"]]: e["message_id"] for e in sent}
+            for group in FIFO_PLAN:
+                queues = {e["queue_id"] for e in sent if group_of[order[e["index"]]] == group}
+                assert len(queues) == 1, f"message group {group} spans queues {queues}"
+
+            def calls(group: str) -> list[dict[str, Any]]:
+                return [e for e in live.run.of("consumed") if e["message_group"] == group]
+
+            await live.wait_for(
+                "every message consumed",
+                lambda: len(live.run.of("consumed")) >= len(order),
+                20,
+            )
+            await wait_until("every lease over", lambda: broker.in_flight() == 0, 10)
+            report = live.run.report()
+            for group, keys in FIFO_PLAN.items():
+                consumed = calls(group)
+                assert [e["key"] for e in consumed] == keys, report
+                offsets = [e["offset"] for e in consumed]
+                assert offsets == sorted(offsets), report
+            for event in live.run.of("consumed"):
+                assert event["message_id"] == ids[event["key"]], event
+                assert event["attempt"] == 1 and not event["failed"], event
+                assert not event["corrupted"], event
+                assert event["body_sha256"] == sha256(event["key"].encode()), event
+            await live.stop_within(PUSH_STOP_TIMEOUT)
+            check_clean(live.run)
+            assert len(live.run.of("consumed")) == len(order), live.run.report()
+            assert broker.handle.broker.clients.client_ids(FIFO_PUSH_GROUP) == []
 
 
 # ------------------------------------------------------------------ 4. shutdown hygiene
