@@ -216,7 +216,7 @@ class PopService:
         ``max_hold_ms``; none once the broker is stopping) until a matching message or a
         retry of this group arrives."""
         engine = self.engine
-        hold_s = max(0, min(poll_ms, self.max_hold_ms)) / 1000
+        hold_s = self._hold_s(poll_ms)
         result = engine.pop_nowait(req, self.clock.now_ms())
         if result.found or hold_s <= 0 or self.stopping.is_set():
             return self._batch(req, result)
@@ -242,11 +242,15 @@ class PopService:
         """Park like a pop on a topic that does not exist yet (a consumer that starts before
         the first send: the gRPC clients get the topic's planned route) until a message
         arrives on it or ``poll_ms`` pass; returns whether the topic exists now."""
-        hold_s = max(0, min(poll_ms, self.max_hold_ms)) / 1000
+        hold_s = self._hold_s(poll_ms)
         if self.topics.get(topic) is None and hold_s > 0 and not self.stopping.is_set():
             deadline = trio.current_time() + hold_s
             await self.engine.hub.wait(topic, group, -1, None, deadline)
         return self.topics.get(topic) is not None
+
+    def _hold_s(self, poll_ms: int) -> float:
+        """How long a request asking for ``poll_ms`` may park, in seconds."""
+        return max(0, min(poll_ms, self.max_hold_ms)) / 1000
 
     def _batch(self, req: PopRequest, result: PopResult) -> PopBatch:
         return PopBatch(req, result, self.engine.reader.broker_name)

@@ -58,6 +58,12 @@ from protocol.properties import (
 UNKNOWN_HOST: Host = ("127.0.0.1", 0)
 
 
+def born_host_of(peer: str) -> Host:
+    """A producer's ``host:port`` as records store it (IPv4 only; else unknown)."""
+    host, _, port = peer.rpartition(":")
+    return (host, int(port)) if port.isdigit() and host.count(".") == 3 else UNKNOWN_HOST
+
+
 @dataclass(frozen=True, slots=True)
 class SendPolicy:
     """The broker settings sends obey."""

@@ -15,6 +15,7 @@ docs/design.md §11; the differences are in docs/rocketmq-differences.md.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -23,14 +24,13 @@ import trio
 from google.protobuf.message import DecodeError
 
 from broker.core.broker import Broker
-from broker.core.pop import PopBatch
-from broker.core.send import Scheduled, SendRequest
+from broker.core.pop import PopBatch, Popped
+from broker.core.send import Scheduled, SendRequest, born_host_of
 from broker.grpc.clients import GrpcClients
 from broker.grpc.server import Call, GrpcError, Handler
 from broker.grpc.status import code_of_error, code_of_put, status
 from broker.logs import get_logger
 from broker.schedule import delivery_time
-from broker.store.api import Host
 from protocol.bodies.route import is_readable, is_writeable
 from protocol.errors import ReceiptError, TrimqError
 from protocol.grpc import schema
@@ -203,9 +203,7 @@ class MessagingService:
                     continue  # thread stack traces, verify results: nothing asked for them
                 try:
                     settings = self.clients.apply_settings(call.client_id, command.settings, call)
-                except ValueError as exc:
-                    raise GrpcError(GrpcStatus.INVALID_ARGUMENT, str(exc)) from None
-                except TrimqError as exc:
+                except (ValueError, TrimqError) as exc:
                     raise GrpcError(GrpcStatus.INVALID_ARGUMENT, str(exc)) from None
                 reply = schema.TelemetryCommand()
                 reply.status.CopyFrom(status(Code.OK, "OK"))
@@ -256,7 +254,7 @@ class MessagingService:
                     0,
                     COMPRESSED_FLAG if system.body_encoding == schema.Encoding.GZIP else 0,
                     _born_ms(system, broker.clock.now_ms()),
-                    _host_of(call.peer),
+                    born_host_of(call.peer),
                     0,
                     None,
                     DEFAULT_TOPIC,
@@ -399,12 +397,11 @@ class MessagingService:
         except trio.Cancelled:
             # The client went away (or its deadline passed) before the messages left: let
             # them come back soon rather than at their invisible time.
-            self._release(batch)
+            self._release(batch.request.group, popped)
             raise
 
-    def _release(self, batch: PopBatch) -> None:
-        group = batch.request.group
-        for item in batch.messages():
+    def _release(self, group: str, popped: list[Popped]) -> None:
+        for item in popped:
             lease = item.lease
             with contextlib.suppress(TrimqError):  # acked or changed meanwhile: nothing to do
                 self.broker.pops.change(
@@ -452,15 +449,11 @@ class MessagingService:
         except (_Refused, TrimqError) as exc:
             out.status.CopyFrom(_refusal(exc))
             return out
-        renewed = ExtraInfo(
-            receipt.ck_queue_offset,
-            lease.pop_time,
-            lease.invisible_ms,
-            receipt.revive_qid,
-            receipt.retry_flag,
-            receipt.broker_name,
-            receipt.queue_id,
-            offset,
+        renewed = dataclasses.replace(
+            receipt,
+            pop_time_ms=lease.pop_time,
+            invisible_time_ms=lease.invisible_ms,
+            queue_offset=offset,
         )
         out.receipt_handle = (
             renewed.encode() if commit_offset is None else encode_handle(renewed, commit_offset)
@@ -596,13 +589,6 @@ def _born_ms(system: Any, now_ms: int) -> int:
     if system.HasField("born_timestamp"):
         return timestamp_ms(system.born_timestamp)
     return now_ms
-
-
-def _host_of(peer: str) -> Host:
-    host, _, port = peer.rpartition(":")
-    if host.count(".") == 3 and port.isdigit():
-        return (host, int(port))
-    return ("127.0.0.1", 0)
 
 
 def build_service(broker: Broker, endpoint: GrpcEndpoint) -> MessagingService:

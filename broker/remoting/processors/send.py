@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from broker.core.send import UNKNOWN_HOST, BatchSendRequest, SendRequest
+from broker.core.send import BatchSendRequest, SendRequest, born_host_of
 from broker.remoting.connection import Connection
 from broker.remoting.context import BrokerContext
-from broker.store.api import Host, PutResult, PutStatus
+from broker.store.api import PutResult, PutStatus
 from protocol.batch import decode_batch
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
@@ -27,12 +27,6 @@ _STATUS_CODES: Mapping[PutStatus, int] = {
     PutStatus.DISK_ERROR: ResponseCode.SERVICE_NOT_AVAILABLE,
     PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
 }
-
-
-def born_host(conn: Connection) -> Host:
-    """The producer's address as records store it (IPv4 only; else unknown)."""
-    host, _, port = conn.peer.rpartition(":")
-    return (host, int(port)) if port.isdigit() and host.count(".") == 3 else UNKNOWN_HOST
 
 
 def _reply(cmd: RemotingCommand, result: PutResult, queue_id: int, **extra: str) -> RemotingCommand:
@@ -62,7 +56,7 @@ async def send_message(
         flag=header.flag,
         sys_flag=header.sys_flag,
         born_timestamp=header.born_timestamp,
-        born_host=born_host(conn),
+        born_host=born_host_of(conn.peer),
         reconsume_times=header.reconsume_times or 0,
         max_reconsume_times=header.max_reconsume_times,
         default_topic=header.default_topic,
@@ -84,7 +78,7 @@ async def send_batch(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand)
         queue_id=header.queue_id,
         sys_flag=header.sys_flag,
         born_timestamp=header.born_timestamp,
-        born_host=born_host(conn),
+        born_host=born_host_of(conn.peer),
         default_topic=header.default_topic,
         default_topic_queue_nums=header.default_topic_queue_nums,
     )
