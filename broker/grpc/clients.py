@@ -22,7 +22,7 @@ consumer's ``max_attempts`` is the group's ``retryMaxTimes`` + 1.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from broker.core.clients import (
@@ -81,9 +81,8 @@ class Session:
     client_type: int = schema.ClientType.CLIENT_TYPE_UNSPECIFIED
     group: str | None = None
     subscriptions: tuple[Subscription, ...] = ()
-    #: The Telemetry stream the settings came on (the call's stream id per connection).
+    #: The Telemetry call the settings came on: the client is gone when it ends.
     telemetry: object | None = None
-    topics: tuple[str, ...] = field(default=())
 
 
 class GrpcClients:
@@ -105,10 +104,6 @@ class GrpcClients:
         self._release = release
         self._max_message_size = max_message_size
         self._sessions: dict[str, Session] = {}
-
-    def session(self, client_id: str) -> Session | None:
-        """The session of ``client_id``, if it sent settings."""
-        return self._sessions.get(client_id)
 
     def fifo(self, group: str) -> bool:
         """Whether ``group`` consumes in order: its configuration's
@@ -143,8 +138,6 @@ class GrpcClients:
                 for e in sub.subscriptions
             )
             self._register(session)
-        else:
-            session.topics = tuple(t.name for t in settings.publishing.topics)
         self._sessions[client_id] = session
         return self.reply_settings(settings, session)
 
@@ -181,10 +174,6 @@ class GrpcClients:
             ConsumeType.CONSUME_POP,
         )
         self._registry.heartbeat(_Channel(session.client_id), session.client_id, (), [registration])
-
-    def statistics(self) -> int:
-        """Clients with settings."""
-        return len(self._sessions)
 
     # ------------------------------------------------------------------ the answer
     def reply_settings(self, settings: Any, session: Session) -> Any:
