@@ -616,10 +616,7 @@ async def _run_inline(
     try:
         await _handle(service, call)
     finally:
-        state.in_flight -= 1
-        if connection.calls.get(call.stream_id) is call:
-            del connection.calls[call.stream_id]
-        connection.call_ended()
+        _call_done(state, connection, call)
 
 
 async def _handle(service: Service, call: Call) -> None:
@@ -658,7 +655,12 @@ async def _run_call(
         if not call.reset:
             await call.link.flush()
     finally:
-        state.in_flight -= 1
-        if connection.calls.get(call.stream_id) is call:
-            del connection.calls[call.stream_id]
-        connection.call_ended()
+        _call_done(state, connection, call)
+
+
+def _call_done(state: GrpcServerState, connection: _Connection, call: Call) -> None:
+    """A call's handler is over (however it ended): forget the call."""
+    state.in_flight -= 1
+    if connection.calls.get(call.stream_id) is call:
+        del connection.calls[call.stream_id]
+    connection.call_ended()
