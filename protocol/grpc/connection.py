@@ -123,7 +123,6 @@ class _Stream:
     headers_sent: bool = False
     #: Trailers to send once ``pending`` is empty.
     trailers: list[tuple[str, str]] | None = None
-    ended: bool = False
 
 
 class GrpcConnection:
@@ -264,7 +263,7 @@ class GrpcConnection:
         if ev.flow_controlled_length:
             self._h2.acknowledge_received_data(ev.flow_controlled_length, sid)
         stream = self._streams.get(sid)
-        if stream is None or stream.trailers is not None or stream.ended:
+        if stream is None or stream.trailers is not None:
             return  # a call we already ended: the client's late data means nothing
         try:
             stream.decoder.receive_data(ev.data or b"")
@@ -275,7 +274,7 @@ class GrpcConnection:
 
     def _half_closed(self, sid: int, out: list[Event]) -> None:
         stream = self._streams.get(sid)
-        if stream is None or stream.trailers is not None or stream.ended:
+        if stream is None or stream.trailers is not None:
             return
         if not stream.decoder.at_boundary:
             self._fail(sid, GrpcStatus.INTERNAL, "request ended in the middle of a message", out)
@@ -356,13 +355,12 @@ class GrpcConnection:
         except h2.exceptions.StreamClosedError:
             self._streams.pop(sid, None)  # reset under us: its events follow
             return
-        if stream.trailers is not None and not stream.ended:
+        if stream.trailers is not None:
             self._finish(sid, stream.trailers)
 
     def _finish(self, sid: int, headers: list[tuple[str, str]]) -> None:
-        stream = self._streams.pop(sid, None)
-        if stream is not None:
-            stream.ended = True
+        # Forgotten first: an ended call's late frames find no stream (see _data).
+        self._streams.pop(sid, None)
         with contextlib.suppress(h2.exceptions.StreamClosedError):  # reset meanwhile
             self._h2.send_headers(sid, headers, end_stream=True)
 
