@@ -40,8 +40,8 @@ RETRY_MS: Final = 1_000
 @dataclass(slots=True)
 class _Tracked:
     owner: Hashable
+    #: The receipt's pop time: extensions keep it, so it is also when renewal started.
     pop_time: int
-    first_pop_time: int
     renewals: int = 0
 
 
@@ -74,7 +74,7 @@ class Renewals:
             lease = self._table.leases.get(key)
             if lease is None:
                 continue
-            self._tracked[key] = _Tracked(owner, lease.pop_time, lease.pop_time)
+            self._tracked[key] = _Tracked(owner, lease.pop_time)
             self._by_owner.setdefault(owner, set()).add(key)
             due = lease.deadline - RENEW_AHEAD_MS
             heapq.heappush(self._heap, (due, next(self._seq), key))
@@ -119,12 +119,12 @@ class Renewals:
                 and lease.pop_time == tracked.pop_time
                 and lease.state is LeaseState.INVISIBLE
             )
-            if not current or now_ms - tracked.first_pop_time >= MAX_RENEW_MS:
+            if not current or now_ms - tracked.pop_time >= MAX_RENEW_MS:
                 self._forget(key, tracked)
                 continue
             assert lease is not None
             step = RENEW_STEPS_MS[min(tracked.renewals, len(RENEW_STEPS_MS) - 1)]
-            deadline = min(now_ms + step, tracked.first_pop_time + MAX_RENEW_MS)
+            deadline = min(now_ms + step, tracked.pop_time + MAX_RENEW_MS)
             due = lease.deadline - RENEW_AHEAD_MS
             if deadline > lease.deadline:
                 try:
