@@ -40,30 +40,29 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from collections.abc import AsyncIterator, Callable, MutableMapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from structlog.testing import capture_logs
 
-from broker.app import BrokerHandle
-from client.config import ClientConfig
 from client.message import Message, ReceivedMessage
 from client.producer import Producer
 from client.simple_consumer import SimpleConsumer
-from protocol.bodies.subscription import SubscriptionGroupConfig
-from protocol.codes import RequestCode, ResponseCode
 from protocol.grpc.convert import SHARDING_KEY, SYSTEM_PROPERTY_NAMES
 from protocol.message import MessageExt, decode_record
 from protocol.naming import dlq_topic
 from protocol.properties import KEYS, TAGS, UNIQ_KEY
 from scripts.interop_setup import ClientEnv
-from tests.broker.client import open_broker, open_client
+from tests.interop.grpc_broker import (
+    MESSAGE_ID,
+    Running,
+    grpc_broker,
+    make_orderly,
+    wait_until,
+)
 from tests.interop.test_interop import (
     DriverRun,
     LiveDriver,
@@ -86,54 +85,7 @@ TEST_TIMEOUT = 60.0
 #: A push consumer's shutdown waits for its receive in flight: a long poll of up to the
 #: 20 s the broker's settings give (plus the 3 s request timeout and a 1 s pause).
 PUSH_STOP_TIMEOUT = 40.0
-#: A message id of the 5.x clients: 17 bytes in hex (rocketmq-clients/docs/message_id.md).
-MESSAGE_ID = re.compile(r"^[0-9A-F]{34}$")
 INVALID_RECEIPT_HANDLE = 40013
-
-
-# ------------------------------------------------------------------ the broker
-@dataclass
-class Running:
-    """A broker of one test, with its captured log."""
-
-    handle: BrokerHandle
-    logs: list[MutableMapping[str, Any]]
-
-    @property
-    def endpoint(self) -> str:
-        assert self.handle.grpc_port is not None
-        return f"127.0.0.1:{self.handle.grpc_port}"
-
-    @property
-    def remoting(self) -> ClientConfig:
-        """trimq's own client, with the broker as its name server."""
-        return ClientConfig(namesrv_addr=self.handle.address, request_timeout=5.0)
-
-    def in_flight(self) -> int:
-        """Pop leases not yet acked."""
-        return self.handle.statistics().core.pop.in_flight
-
-    def errors(self) -> list[MutableMapping[str, Any]]:
-        return [e for e in self.logs if e.get("log_level") in ("error", "critical")]
-
-
-@asynccontextmanager
-async def grpc_broker(tmp_path: Path, **settings: Any) -> AsyncIterator[Running]:
-    """A broker with its gRPC port; the test fails if it logged an error."""
-    with capture_logs() as logs:
-        async with open_broker(tmp_path / "data", **settings) as handle:
-            running = Running(handle, logs)
-            yield running
-    assert not running.errors(), f"the broker logged errors: {running.errors()}"
-
-
-async def wait_until(what: str, predicate: Callable[[], bool], within: float) -> None:
-    """Poll ``predicate`` every 20 ms, at most ``within`` seconds."""
-    for _ in range(int(within / 0.02) + 1):
-        if predicate():
-            return
-        await trio.sleep(0.02)
-    assert predicate(), f"{what}: not within {within} s"
 
 
 # ------------------------------------------------------------------ the client's driver
@@ -523,16 +475,6 @@ FIFO_TOPIC = "NodeGrpcFifoPush"
 FIFO_PUSH_GROUP = "fifo-push-node"
 #: Message groups and their keys, each in send order; sent interleaved (a-0, b-0, a-1, ...).
 FIFO_PLAN = {"A": [f"a-{i}" for i in range(5)], "B": [f"b-{i}" for i in range(5)]}
-
-
-async def make_orderly(broker: Running, group: str) -> None:
-    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), as ``mqadmin updateSubGroup -o true`` does."""
-    config = SubscriptionGroupConfig(group, consume_message_orderly=True)
-    async with open_client(broker.handle.port) as client:
-        reply = await client.call(
-            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, config.to_json()
-        )
-    assert reply.code == ResponseCode.SUCCESS, reply.remark
 
 
 async def test_push_consumer_on_a_fifo_group(

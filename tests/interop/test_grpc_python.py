@@ -30,8 +30,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,23 +38,24 @@ from typing import Any
 import pytest
 import trio
 import trustme
-from structlog.testing import capture_logs
 
-from broker.app import BrokerHandle
 from broker.core.send import SendRequest
 from broker.schedule import SCHEDULE_TOPIC, TIMER_SRC
-from client.config import ClientConfig
 from client.message import Message, ReceivedMessage
 from client.producer import Producer
 from client.simple_consumer import SimpleConsumer
-from protocol.bodies.subscription import SubscriptionGroupConfig
-from protocol.codes import RequestCode, ResponseCode
 from protocol.grpc.convert import SHARDING_KEY, SYSTEM_PROPERTY_NAMES
 from protocol.message import MessageExt, decode_record
 from protocol.naming import dlq_topic
 from protocol.properties import KEYS, TAGS, UNIQ_KEY
 from scripts.interop_setup import ClientEnv
-from tests.broker.client import open_broker, open_client
+from tests.interop.grpc_broker import (
+    MESSAGE_ID,
+    Running,
+    grpc_broker,
+    make_orderly,
+    wait_until,
+)
 from tests.interop.test_interop import (
     DriverRun,
     LiveDriver,
@@ -73,8 +73,6 @@ DRIVER = Path(__file__).resolve().parent / "grpc_py_driver.py"
 #: Bounds (seconds) of one driver run and of whole tests.
 RUN_TIMEOUT = 30.0
 TEST_TIMEOUT = 60.0
-#: A message id of the 5.x clients: 17 bytes in hex (rocketmq-clients/docs/message_id.md).
-MESSAGE_ID = re.compile(r"^[0-9A-F]{34}$")
 #: Lines the client logs as ERROR for its own reasons, whatever the server answers:
 #: - PushConsumer.reset_metric registers gauges on a meter provider that does not exist when
 #:   the settings say ``metric.on = false`` (as the proxy's default answer does);
@@ -94,55 +92,6 @@ SEND_REFUSED = (
     re.compile(r"failed to send message to \S+, because of run out of attempt times"),
     re.compile(r"send message exception, topic: "),
 )
-
-
-# ------------------------------------------------------------------ the broker
-@dataclass
-class Running:
-    """A broker of one test, with its captured log."""
-
-    handle: BrokerHandle
-    logs: list[MutableMapping[str, Any]]
-
-    @property
-    def endpoint(self) -> str:
-        assert self.handle.grpc_port is not None
-        return f"127.0.0.1:{self.handle.grpc_port}"
-
-    @property
-    def remoting(self) -> ClientConfig:
-        """trimq's own client, with the broker as its name server."""
-        return ClientConfig(namesrv_addr=self.handle.address, request_timeout=5.0)
-
-    def now_ms(self) -> int:
-        return self.handle.broker.clock.now_ms()
-
-    def parked(self, group: str) -> int:
-        """Pops of ``group`` parked (long-polling) now."""
-        groups = self.handle.statistics().core.pop.hub.groups
-        return groups[group].parked if group in groups else 0
-
-    def errors(self) -> list[MutableMapping[str, Any]]:
-        return [e for e in self.logs if e.get("log_level") in ("error", "critical")]
-
-
-@asynccontextmanager
-async def grpc_broker(tmp_path: Path, **settings: Any) -> AsyncIterator[Running]:
-    """A broker with its gRPC port; the test fails if it logged an error."""
-    with capture_logs() as logs:
-        async with open_broker(tmp_path / "data", **settings) as handle:
-            running = Running(handle, logs)
-            yield running
-    assert not running.errors(), f"the broker logged errors: {running.errors()}"
-
-
-async def wait_until(what: str, predicate: Callable[[], bool], within: float) -> None:
-    """Poll ``predicate`` every 20 ms, at most ``within`` seconds."""
-    for _ in range(int(within / 0.02) + 1):
-        if predicate():
-            return
-        await trio.sleep(0.02)
-    assert predicate(), f"{what}: not within {within} s"
 
 
 # ------------------------------------------------------------------ the client's driver
@@ -601,18 +550,6 @@ FIFO_RETRY_MAX = 2
 FIFO_PLAN = {"A": ["a-0", "fail-always-a1", "a-2"], "B": ["b-0", "b-1", "b-2"]}
 #: Sent while ``fail-always-a1`` is being retried: each must wait for its group's batch.
 FIFO_LATE = {"A": "a-3", "B": "b-3"}
-
-
-async def make_orderly(broker: Running, group: str, retry_max_times: int) -> None:
-    """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), as ``mqadmin updateSubGroup -o true`` does."""
-    config = SubscriptionGroupConfig(
-        group, consume_message_orderly=True, retry_max_times=retry_max_times
-    )
-    async with open_client(broker.handle.port) as client:
-        reply = await client.call(
-            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, config.to_json()
-        )
-    assert reply.code == ResponseCode.SUCCESS, reply.remark
 
 
 async def send_to_group_queue(broker: Running, topic: str, group: str, key: str) -> None:
