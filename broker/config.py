@@ -70,6 +70,15 @@ class BrokerConfig:
     #: self-signed certificate is made at start-up, as the proxy's TLS test mode does.
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    #: Seconds between check-backs of an undecided transactional half message (RocketMQ's
+    #: ``transactionCheckInterval``: 60).
+    transaction_check_interval_s: float = 60.0
+    #: Seconds a half message is left alone before its first check-back (RocketMQ's
+    #: ``transactionTimeOut``: 6; a message's ``CHECK_IMMUNITY_TIME_IN_SECONDS`` overrides it).
+    transaction_immunity_s: float = 6.0
+    #: Check-backs before an undecided half is discarded to ``TRANS_CHECK_MAX_TIME_TOPIC``
+    #: (RocketMQ's ``transactionCheckMax``: 15).
+    transaction_check_max: int = 15
 
     def __post_init__(self) -> None:
         if self.wake_mode not in WAKE_MODES:
@@ -80,13 +89,22 @@ class BrokerConfig:
             raise ConfigError(f"flush must be async or sync, not {self.flush!r}")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is outside 0..65535")
-        for name in ("register_interval_s", "register_timeout_s"):
+        for name in (
+            "register_interval_s",
+            "register_timeout_s",
+            "transaction_check_interval_s",
+            "transaction_immunity_s",
+        ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
         for name in ("prometheus_port", "grpc_port"):
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 65535:
                 raise ConfigError(f"{name} {value} is outside 0..65535")
+        if self.transaction_check_max < 1:
+            raise ConfigError(
+                f"transaction_check_max must be at least 1, not {self.transaction_check_max}"
+            )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key go together")
         self.namesrv_addrs()
@@ -249,6 +267,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tls-cert", help="PEM certificate for TLS on the gRPC port")
     p.add_argument("--tls-key", help="PEM key (unencrypted) of --tls-cert")
+    p.add_argument(
+        "--transaction-check-interval-s",
+        type=float,
+        help="seconds between check-backs of an undecided half message (default 60)",
+    )
+    p.add_argument(
+        "--transaction-immunity-s",
+        type=float,
+        help="seconds before a half message's first check-back (default 6)",
+    )
+    p.add_argument(
+        "--transaction-check-max",
+        type=int,
+        help="check-backs before an undecided half message is discarded (default 15)",
+    )
     p.add_argument("--config", help="broker.toml with the same settings")
     return p
 

@@ -177,7 +177,7 @@ class TimerService:
         self.topics.ensure(topic, queue_id + 1)
         copy = MessageToStore(
             topic, queue_id, msg.body, props, msg.flag, msg.sys_flag, msg.born_timestamp,
-            msg.born_host, msg.reconsume_times,
+            msg.born_host, msg.reconsume_times, msg.prepared_transaction_offset,
         )  # fmt: skip
         key = (due.queue_id, due.queue_offset)
         result = self.store.put_nowait(copy)

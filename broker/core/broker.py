@@ -35,6 +35,11 @@ from broker.core.pop import PopService as CorePopService
 from broker.core.pull import PullService
 from broker.core.routes import BrokerIdentity, RouteService
 from broker.core.send import SendPolicy, SendService
+from broker.core.transactions import (
+    TransactionPolicy,
+    TransactionService,
+    TransactionStatistics,
+)
 from broker.deadlines import DeadlineLoop
 from broker.groups import SubscriptionGroupManager
 from broker.locks import RebalanceLocks
@@ -64,6 +69,7 @@ class BrokerStatistics:
     pop: PopStatistics
     pull_hub: PullHubStatistics
     timers: TimerStatistics
+    transactions: TransactionStatistics
     metrics: MetricsStatistics
     clients: ClientStatistics
 
@@ -87,6 +93,8 @@ class Broker:
     timers: TimerService
     metrics: MetricsWriter
     sends: SendService
+    #: Half messages, their decisions and check-backs.
+    transactions: TransactionService
     pulls: PullService
     pops: CorePopService
     offsets: OffsetService
@@ -105,6 +113,7 @@ class Broker:
             pop=self.pop.statistics(),
             pull_hub=self.pull_hub.statistics(),
             timers=self.timers.statistics(),
+            transactions=self.transactions.statistics(),
             metrics=self.metrics.statistics(),
             clients=self.clients.statistics(),
         )
@@ -164,6 +173,14 @@ def _open_pop(
     )
 
 
+def _transaction_policy(config: BrokerConfig) -> TransactionPolicy:
+    return TransactionPolicy(
+        check_interval_ms=round(config.transaction_check_interval_s * 1000),
+        immunity_ms=round(config.transaction_immunity_s * 1000),
+        check_max=config.transaction_check_max,
+    )
+
+
 def _send_policy(config: BrokerConfig, groups: SubscriptionGroupManager) -> SendPolicy:
     return SendPolicy(
         auto_create_topic=config.auto_create_topic,
@@ -218,6 +235,22 @@ async def open_broker(
         store.close()
         raise
     clients, shutting_down = ClientRegistry(topics, v1_names), trio.Event()
+    transactions = TransactionService(
+        _transaction_policy(config),
+        storage,
+        topics,
+        timers,
+        clients,
+        clock,
+        config.data_dir / "config" / "transactions.json",
+        poke=deadlines.poke,
+    )
+    try:
+        transactions.load()
+    except BaseException:
+        pop.close()
+        store.close()
+        raise
     offsets = OffsetService(store, topics, pop)
     address, started_at = config.advertised(port), clock.now_s()
     identity = BrokerIdentity(config.cluster, config.broker_name, address)
@@ -234,7 +267,10 @@ async def open_broker(
         pop=pop,
         timers=timers,
         metrics=metrics,
-        sends=SendService(_send_policy(config, groups), topics, storage, timers, clock),
+        sends=SendService(
+            _send_policy(config, groups), topics, storage, timers, clock, transactions
+        ),
+        transactions=transactions,
         pulls=PullService(
             store,
             topics,
@@ -272,11 +308,14 @@ async def open_broker(
         # shielded finally flushes, checkpoints and closes the store.
         async with trio.open_nursery() as storage_nursery:
             await storage_nursery.start(
-                storage.serve, (timers.before_checkpoint, pop.before_checkpoint)
+                storage.serve,
+                (timers.before_checkpoint, pop.before_checkpoint, transactions.before_checkpoint),
             )
             try:
                 async with trio.open_nursery() as services:
-                    services.start_soon(deadlines.run, (timers, pop.revive, pop.renewals))
+                    services.start_soon(
+                        deadlines.run, (timers, pop.revive, pop.renewals, transactions)
+                    )
                     services.start_soon(metrics.run)
                     try:
                         yield broker

@@ -15,6 +15,7 @@ The registry never builds a wire message: a front end implements :class:`ClientC
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -43,6 +44,31 @@ class ClientChannel(Protocol):
         """Tell the client that ``reset`` moved its group's offsets to ``offsets`` (queue id →
         offset), so that it does not overwrite them with its own position."""
         ...
+
+    def check_transaction_state(self, check: TransactionCheck) -> bool:
+        """Ask the producer whether the transaction of a half message committed; it answers
+        with an end of the transaction (or not at all)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionCheck:
+    """A check-back: what the broker asks a producer about one undecided half message."""
+
+    #: The producer group asked.
+    group: str
+    #: The half's real topic.
+    topic: str
+    #: The half's queue offset in the half topic (``tranStateTableOffset``).
+    queue_offset: int
+    #: The half's commit-log offset (how the producer's answer names it).
+    commit_offset: int
+    #: ``UNIQ_KEY`` (else the offset id): the message id the producer gave it.
+    msg_id: str
+    transaction_id: str
+    offset_msg_id: str
+    #: The half as a stored record with its real topic and queue (the check's body).
+    record: bytes
 
 
 class MessageModel(Enum):
@@ -133,6 +159,7 @@ class ClientRegistry:
         #: Producer group → client id → channel.
         self._producers: dict[str, dict[str, ClientChannel]] = {}
         self._notifications = 0
+        self._turns = itertools.count()
 
     # ------------------------------------------------------------------ membership
     def heartbeat(
@@ -216,6 +243,15 @@ class ClientRegistry:
         over this list, so every member must see the same order)."""
         found = self._groups.get(group)
         return sorted(found.members) if found is not None else []
+
+    def producer_channel(self, group: str) -> ClientChannel | None:
+        """A channel of one online producer of ``group`` (each in turn, so check-backs are
+        spread over the group), None when none is online."""
+        members = self._producers.get(group)
+        if not members:
+            return None
+        channels = list(members.values())
+        return channels[next(self._turns) % len(channels)]
 
     def producer_ids(self, group: str) -> list[str]:
         """The producer group's client ids, sorted."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from broker.clock import Clock
 from broker.schedule import DELAY_PROPERTIES, SCHEDULE_TOPIC, delivery_time
@@ -32,7 +32,7 @@ from broker.topics import DEFAULT_TOPIC, TopicConfig, TopicManager
 from protocol.batch import BatchEntry
 from protocol.codes import ResponseCode
 from protocol.errors import BrokerError, IllegalNameError, RecordError
-from protocol.message import decode_record
+from protocol.message import SYSFLAG_TRANSACTION_MASK, decode_record
 from protocol.naming import (
     dlq_topic,
     group_of_classic_retry,
@@ -50,6 +50,7 @@ from protocol.properties import (
     REAL_TOPIC,
     RETRY_TOPIC,
     TIMER_OUT_MS,
+    TRAN_MSG,
     UNIQ_KEY,
     encode_properties,
 )
@@ -162,6 +163,20 @@ class SendBackRequest:
     origin_msg_id: str | None = None
 
 
+class HalfWriter(Protocol):
+    """Stores a transaction's half message (the transaction service)."""
+
+    async def prepare(self, msg: MessageToStore) -> PutResult:
+        """Store ``msg`` (checked, with its real topic and queue) as a half message."""
+        ...
+
+
+def is_half(properties: Mapping[str, str]) -> bool:
+    """Whether a send is a transaction's half message (Java's ``Boolean.parseBoolean`` of
+    ``TRAN_MSG``)."""
+    return properties.get(TRAN_MSG, "").lower() == "true"
+
+
 class SendService:
     """Sends of every kind (see the module docstring)."""
 
@@ -172,8 +187,11 @@ class SendService:
         storage: Storage,
         timers: TimerService,
         clock: Clock,
+        halves: HalfWriter,
     ) -> None:
         self.policy = policy
+        #: Where a transaction's half message goes.
+        self.halves = halves
         self.topics = topics
         self.storage = storage
         self.timers = timers
@@ -192,11 +210,16 @@ class SendService:
         config = self.topic_for_send(req.topic, req.default_topic, req.default_topic_queue_nums)
         queue_id = self._queue_id(config, req.queue_id)
         topic, queue_id = self._dlq_redirect(req, queue_id)
+        # Transaction bits are the broker's to set (a commit's copy): never a producer's.
+        sys_flag = req.sys_flag & ~SYSFLAG_TRANSACTION_MASK
         msg = MessageToStore(
-            topic, queue_id, req.body, req.properties, req.flag, req.sys_flag,
+            topic, queue_id, req.body, req.properties, req.flag, sys_flag,
             req.born_timestamp, req.born_host, req.reconsume_times, 0,
             req.properties_text if topic == req.topic else None,
         )  # fmt: skip
+        if is_half(req.properties) and topic == req.topic:
+            result = await self.halves.prepare(msg)
+            return SendOutcome(result, topic, queue_id)
         return await self._store(msg)
 
     def topic_for_send(
@@ -257,25 +280,7 @@ class SendService:
         return self.policy.group_max_reconsume_times(group)
 
     async def _store(self, msg: MessageToStore) -> SendOutcome:
-        """Store a message, or — when it is delayed or timed — park it in
-        SCHEDULE_TOPIC_XXXX for the timer service, which copies it to its topic and queue at
-        its delivery time."""
-        scheduled = self._schedule(msg.properties)
-        if scheduled is None:
-            return SendOutcome(await self.storage.put(msg), msg.topic, msg.queue_id)
-        schedule_queue, deliver_ms = scheduled
-        properties = {**msg.properties, REAL_TOPIC: msg.topic, REAL_QID: str(msg.queue_id),
-                      TIMER_OUT_MS: str(deliver_ms)}  # fmt: skip
-        parked = MessageToStore(
-            SCHEDULE_TOPIC, schedule_queue, msg.body, properties, msg.flag, msg.sys_flag,
-            msg.born_timestamp, msg.born_host, msg.reconsume_times,
-        )  # fmt: skip
-        result = await self.storage.put(parked)
-        if not result.ok:
-            return SendOutcome(result, msg.topic, msg.queue_id)
-        self.timers.scheduled(result, schedule_queue, deliver_ms)
-        where = Scheduled(schedule_queue, result.queue_offset, deliver_ms)
-        return SendOutcome(result, msg.topic, msg.queue_id, where)
+        return await store_or_schedule(self.storage, self.timers, self.clock, msg)
 
     async def recall(self, topic: str, where: Scheduled, uniq_key: str) -> None:
         """Cancel a delayed message of ``topic`` before its delivery (RocketMQ 5.3's
@@ -286,15 +291,6 @@ class SendService:
                 topic or id, or already delivered or recalled).
         """
         await self.timers.recall(topic, where.queue_id, where.queue_offset, uniq_key)
-
-    def _schedule(self, properties: Mapping[str, str]) -> tuple[int, int] | None:
-        """(schedule queue, delivery ms) of a delayed or timer message, else None."""
-        try:
-            return delivery_time(properties, self.clock.now_ms())
-        except ValueError as exc:
-            raise BrokerError(
-                f"bad delivery time: {exc}", code=ResponseCode.MESSAGE_ILLEGAL
-            ) from None
 
     # ------------------------------------------------------------------ batches
     async def send_batch(self, req: BatchSendRequest) -> BatchOutcome:
@@ -317,6 +313,11 @@ class SendService:
         self, req: BatchSendRequest, queue_id: int, index: int, entry: BatchEntry
     ) -> MessageToStore:
         _check_not_delayed(entry.properties)
+        if is_half(entry.properties):
+            raise BrokerError(
+                f"batch message {index}: a batch cannot be transactional",
+                code=ResponseCode.MESSAGE_ILLEGAL,
+            )
         limit = self.policy.max_message_size
         if len(entry.body) > limit:
             raise BrokerError(
@@ -324,7 +325,8 @@ class SendService:
                 code=ResponseCode.MESSAGE_ILLEGAL,
             )
         return MessageToStore(
-            req.topic, queue_id, entry.body, entry.properties, entry.flag, req.sys_flag,
+            req.topic, queue_id, entry.body, entry.properties, entry.flag,
+            req.sys_flag & ~SYSFLAG_TRANSACTION_MASK,
             req.born_timestamp, req.born_host, 0, 0, encode_properties(entry.properties),
         )  # fmt: skip
 
@@ -359,7 +361,8 @@ class SendService:
             props[DELAY] = str(req.delay_level or 3 + msg.reconsume_times)
         self.topics.ensure(topic, 1)
         outcome = await self._store(MessageToStore(
-            topic, 0, msg.body, props, msg.flag, msg.sys_flag, msg.born_timestamp,
+            topic, 0, msg.body, props, msg.flag, msg.sys_flag & ~SYSFLAG_TRANSACTION_MASK,
+            msg.born_timestamp,
             msg.born_host, msg.reconsume_times + 1,
         ))  # fmt: skip
         if not outcome.result.ok:
@@ -375,6 +378,36 @@ class SendService:
         return await self.send_back(
             SendBackRequest(group, commit_offset, delay_level=-1, origin_msg_id=origin_msg_id)
         )
+
+
+async def store_or_schedule(
+    storage: Storage, timers: TimerService, clock: Clock, msg: MessageToStore
+) -> SendOutcome:
+    """Store a message, or — when it is delayed or timed — park it in SCHEDULE_TOPIC_XXXX for
+    the timer service, which copies it to its topic and queue at its delivery time.
+
+    Raises:
+        BrokerError: ``MESSAGE_ILLEGAL`` for a malformed delivery time.
+    """
+    try:
+        scheduled = delivery_time(msg.properties, clock.now_ms())
+    except ValueError as exc:
+        raise BrokerError(f"bad delivery time: {exc}", code=ResponseCode.MESSAGE_ILLEGAL) from None
+    if scheduled is None:
+        return SendOutcome(await storage.put(msg), msg.topic, msg.queue_id)
+    schedule_queue, deliver_ms = scheduled
+    properties = {**msg.properties, REAL_TOPIC: msg.topic, REAL_QID: str(msg.queue_id),
+                  TIMER_OUT_MS: str(deliver_ms)}  # fmt: skip
+    parked = MessageToStore(
+        SCHEDULE_TOPIC, schedule_queue, msg.body, properties, msg.flag, msg.sys_flag,
+        msg.born_timestamp, msg.born_host, msg.reconsume_times, msg.prepared_transaction_offset,
+    )  # fmt: skip
+    result = await storage.put(parked)
+    if not result.ok:
+        return SendOutcome(result, msg.topic, msg.queue_id)
+    timers.scheduled(result, schedule_queue, deliver_ms)
+    where = Scheduled(schedule_queue, result.queue_offset, deliver_ms)
+    return SendOutcome(result, msg.topic, msg.queue_id, where)
 
 
 def _check_not_delayed(properties: Mapping[str, str]) -> None:

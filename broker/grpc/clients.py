@@ -22,7 +22,7 @@ consumer's ``max_attempts`` is the group's ``retryMaxTimes`` + 1.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from broker.core.clients import (
@@ -31,11 +31,15 @@ from broker.core.clients import (
     ConsumeType,
     MessageModel,
     Subscription,
+    TransactionCheck,
 )
 from broker.core.offsets import OffsetReset
 from broker.groups import SubscriptionGroupManager
+from broker.grpc.server import Call
+from protocol.errors import RecordError
 from protocol.grpc import schema
-from protocol.grpc.convert import set_duration
+from protocol.grpc.convert import encode_transaction_id, set_duration, to_message
+from protocol.message import decode_record
 
 #: The proxy's producer back-off: 3 attempts, 10 ms doubling up to 1 s.
 PRODUCER_MAX_ATTEMPTS: Final = 3
@@ -58,9 +62,11 @@ _CONSUMERS: Final = frozenset(
 class _Channel:
     """A gRPC client as the client registry sees it: its id. The registry's notifications
     (membership changes, offset resets) are Remoting rebalance signals; pop consumers have
-    nothing to rebalance, so they are not sent."""
+    nothing to rebalance, so they are not sent. Transaction checks go to the client's
+    Telemetry stream (``recover``)."""
 
     client_id: str
+    recover: Callable[[str, TransactionCheck], bool] = field(compare=False)
 
     @property
     def channel_id(self) -> Hashable:
@@ -71,6 +77,9 @@ class _Channel:
 
     def notify_reset_offset(self, reset: OffsetReset, offsets: Mapping[int, int]) -> bool:
         return False
+
+    def check_transaction_state(self, check: TransactionCheck) -> bool:
+        return self.recover(self.client_id, check)
 
 
 @dataclass(slots=True)
@@ -138,6 +147,11 @@ class GrpcClients:
                 for e in sub.subscriptions
             )
             self._register(session)
+        else:
+            # The proxy's rule: a gRPC producer checks transactions for its topics (the
+            # producer group of a gRPC half message is its topic).
+            topics = [topic.name for topic in settings.publishing.topics]
+            self._registry.heartbeat(_Channel(client_id, self._recover), client_id, topics, ())
         self._sessions[client_id] = session
         return self.reply_settings(settings, session)
 
@@ -156,13 +170,30 @@ class GrpcClients:
         session = self._sessions.pop(client_id, None)
         self._release(client_id)
         if session is not None:
-            self._registry.channel_closed(_Channel(client_id))
+            self._registry.channel_closed(_Channel(client_id, self._recover))
 
     def telemetry_ended(self, client_id: str, telemetry: object) -> None:
         """The client's Telemetry stream ended: it is gone (unless a newer stream took over)."""
         session = self._sessions.get(client_id)
         if session is not None and session.telemetry is telemetry:
             self.terminate(client_id)
+
+    def _recover(self, client_id: str, check: TransactionCheck) -> bool:
+        """Ask a producer about a half message: a ``recover_orphaned_transaction_command``
+        on its Telemetry stream; it answers with EndTransaction (source SERVER_CHECK)."""
+        session = self._sessions.get(client_id)
+        call = session.telemetry if session is not None else None
+        if not isinstance(call, Call):
+            return False
+        try:
+            msg, _ = decode_record(check.record)
+        except RecordError:
+            return False
+        command = schema.TelemetryCommand()
+        recover = command.recover_orphaned_transaction_command
+        to_message(msg, out=recover.message)
+        recover.transaction_id = encode_transaction_id(check.commit_offset, check.queue_offset)
+        return call.push_nowait(command.SerializeToString())
 
     def _register(self, session: Session) -> None:
         if session.group is None or session.client_type not in _CONSUMERS:
@@ -173,7 +204,9 @@ class GrpcClients:
             MessageModel.CLUSTERING,
             ConsumeType.CONSUME_POP,
         )
-        self._registry.heartbeat(_Channel(session.client_id), session.client_id, (), [registration])
+        self._registry.heartbeat(
+            _Channel(session.client_id, self._recover), session.client_id, (), [registration]
+        )
 
     # ------------------------------------------------------------------ the answer
     def reply_settings(self, settings: Any, session: Session) -> Any:

@@ -313,6 +313,16 @@ class Call:
         """Queue a response message (written with the next flush)."""
         self.link.protocol.send_message(self.stream_id, payload)
 
+    def push_nowait(self, payload: bytes) -> bool:
+        """Queue a message the server starts (a command on a Telemetry stream, from outside
+        the call's task) and hand it to the writer now; False when the call or the
+        connection is over. Unbounded by the window: such commands are rare and small."""
+        if self.link.failed or not self.link.protocol.is_open(self.stream_id):
+            return False
+        self.send_nowait(payload)
+        self.link.take()
+        return True
+
     async def send(self, payload: bytes) -> None:
         """Write a response message; waits while the client's window is full."""
         self.send_nowait(payload)

@@ -26,6 +26,7 @@ from google.protobuf.message import DecodeError
 from broker.core.broker import Broker
 from broker.core.pop import PopBatch, Popped
 from broker.core.send import Scheduled, SendRequest, born_host_of
+from broker.core.transactions import EndRequest, Resolution
 from broker.grpc.clients import GrpcClients
 from broker.grpc.server import Call, GrpcError, Handler
 from broker.grpc.status import code_of_error, code_of_put, status
@@ -41,9 +42,11 @@ from protocol.grpc.convert import (
     MessageRejected,
     decode_handle,
     decode_recall_handle,
+    decode_transaction_id,
     duration_ms,
     encode_handle,
     encode_recall_handle,
+    encode_transaction_id,
     java_hash,
     properties_of,
     set_timestamp,
@@ -53,6 +56,7 @@ from protocol.grpc.convert import (
 from protocol.headers.pop import INIT_MODE_MAX
 from protocol.message import decode_record
 from protocol.naming import DEFAULT_TOPIC
+from protocol.properties import PGROUP
 from protocol.receipt import ExtraInfo
 
 _log = get_logger("grpc")
@@ -72,8 +76,13 @@ _ACCEPTED_TYPES: Final = (
     schema.MessageType.NORMAL,
     schema.MessageType.FIFO,
     schema.MessageType.DELAY,
+    schema.MessageType.TRANSACTION,
 )
 _PATH: Final = f"/{schema.SERVICE_NAME}/"
+_RESOLUTIONS: Final = {
+    schema.TransactionResolution.COMMIT: Resolution.COMMIT,
+    schema.TransactionResolution.ROLLBACK: Resolution.ROLLBACK,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,10 +247,11 @@ class MessagingService:
                 Code.MESSAGE_BODY_TOO_LARGE,
                 f"body of {len(message.body)} bytes is over {broker.config.max_message_size}",
             )
-        if system.message_type == schema.MessageType.TRANSACTION:
-            return status(Code.UNSUPPORTED, "transactional messages are not supported yet")
+        transactional = system.message_type == schema.MessageType.TRANSACTION
         try:
             props = properties_of(message)
+            if transactional:
+                props[PGROUP] = topic  # the proxy's rule: a gRPC producer's group is the topic
             if system.HasField("delivery_timestamp"):
                 _check_delivery_time(props, broker.clock.now_ms())
             queue_id = self._queue_for(topic, props.get(SHARDING_KEY))
@@ -269,6 +279,10 @@ class MessagingService:
             return status(code_of_put(outcome.result.status), outcome.result.remark)
         entry.message_id = system.message_id
         entry.offset = outcome.result.queue_offset
+        if transactional:
+            entry.transaction_id = encode_transaction_id(
+                outcome.result.commit_log_offset, outcome.result.queue_offset
+            )
         if outcome.scheduled is not None:
             where = outcome.scheduled
             entry.recall_handle = encode_recall_handle(
@@ -287,9 +301,30 @@ class MessagingService:
         return abs(java_hash(group) % view.write_queue_nums)
 
     async def end_transaction(self, call: Call, req: Any) -> Any:
-        """Transactions are not supported yet (routes do not offer TRANSACTION)."""
+        """Commit or roll back a half message named by the transaction id its send returned
+        (the producer group is the topic, as in the proxy)."""
         out = schema.EndTransactionResponse()
-        out.status.CopyFrom(status(Code.NOT_IMPLEMENTED, "transactional messages: not yet"))
+        # Anything but COMMIT or ROLLBACK leaves the half undecided (the proxy's UNKNOWN).
+        resolution = _RESOLUTIONS.get(req.resolution, Resolution.UNKNOWN)
+        try:
+            commit_offset, queue_offset = decode_transaction_id(req.transaction_id)
+        except ValueError as exc:
+            out.status.CopyFrom(status(Code.INVALID_TRANSACTION_ID, str(exc)))
+            return out
+        request = EndRequest(
+            group=req.topic.name,
+            commit_offset=commit_offset,
+            queue_offset=queue_offset,
+            resolution=resolution,
+            from_check=req.source == schema.TransactionSource.SOURCE_SERVER_CHECK,
+            msg_id=req.message_id,
+        )
+        try:
+            outcome = await self.broker.transactions.end(request)
+        except TrimqError as exc:
+            out.status.CopyFrom(status(code_of_error(exc), str(exc)))
+            return out
+        out.status.CopyFrom(status(Code.OK, outcome.remark or "OK"))
         return out
 
     async def recall_message(self, call: Call, req: Any) -> Any:

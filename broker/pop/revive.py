@@ -30,7 +30,7 @@ from broker.storage import Storage
 from broker.store.api import GetStatus, MessageToStore
 from broker.topics import TopicManager
 from protocol.errors import RecordError
-from protocol.message import MessageExt, decode_record
+from protocol.message import SYSFLAG_TRANSACTION_MASK, MessageExt, decode_record
 from protocol.naming import dlq_topic, is_retry_topic
 from protocol.properties import (
     CRC32,
@@ -157,7 +157,8 @@ class ReviveService:
             msg.body,
             props,
             msg.flag,
-            msg.sys_flag,
+            # A retry copy is no transaction's commit (only those carry the commit bits).
+            msg.sys_flag & ~SYSFLAG_TRANSACTION_MASK,
             msg.born_timestamp,
             msg.born_host,
             consumed + 1,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from broker.core.clients import TransactionCheck
 from broker.core.offsets import OffsetReset
 from broker.remoting.connection import Connection
 from protocol.bodies.admin import ResetOffsetBody
@@ -16,6 +17,7 @@ from protocol.codes import RequestCode
 from protocol.command import RemotingCommand, request
 from protocol.headers.admin import ResetOffsetRequestHeader
 from protocol.headers.client import NotifyConsumerIdsChangedRequestHeader
+from protocol.headers.transaction import CheckTransactionStateRequestHeader
 
 
 @dataclass(eq=False, slots=True)
@@ -49,6 +51,18 @@ class RemotingChannel:
         )
         body = reset_offset_body(reset.topic, self.broker_name, offsets)
         return self._send(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, header.to_ext(), body)
+
+    def check_transaction_state(self, check: TransactionCheck) -> bool:
+        """CHECK_TRANSACTION_STATE: the half's offsets and ids in the header, the half as a
+        record in the body (its ``PGROUP`` names the group the producer checks for)."""
+        header = CheckTransactionStateRequestHeader(
+            tran_state_table_offset=check.queue_offset,
+            commit_log_offset=check.commit_offset,
+            msg_id=check.msg_id,
+            transaction_id=check.transaction_id,
+            offset_msg_id=check.offset_msg_id,
+        )
+        return self._send(RequestCode.CHECK_TRANSACTION_STATE, header.to_ext(), check.record)
 
     def _send(self, code: int, ext_fields: dict[str, str], body: bytes = b"") -> bool:
         note: RemotingCommand = request(

@@ -286,6 +286,11 @@ class GrpcConnection:
         out.append(CallReset(sid, message))
 
     # ------------------------------------------------------------------ writing
+    def is_open(self, stream_id: int) -> bool:
+        """Whether a call can still be sent messages (not ended, not reset)."""
+        stream = self._streams.get(stream_id)
+        return stream is not None and stream.trailers is None and not self.closed
+
     def send_message(self, stream_id: int, payload: bytes) -> None:
         """Queue one response message (the response headers go first, once)."""
         stream = self._streams.get(stream_id)

@@ -141,6 +141,11 @@ def properties_of(message: Any) -> dict[str, str]:
         props[TIMER_DELIVER_MS] = str(timestamp_ms(system.delivery_timestamp))
     if system.HasField("trace_context"):
         props[TRACE_CONTEXT] = system.trace_context
+    if system.message_type == schema.MessageType.TRANSACTION:
+        props[TRAN_MSG] = "true"
+        if system.HasField("orphaned_transaction_recovery_duration"):
+            seconds = duration_ms(system.orphaned_transaction_recovery_duration) // 1000
+            props[CHECK_IMMUNITY_TIME_IN_SECONDS] = str(max(0, seconds))
     return props
 
 
@@ -310,3 +315,35 @@ def decode_recall_handle(handle: str) -> tuple[str, int, int, str]:
     if not (queue.isdigit() and offset.isdigit()):
         raise ValueError("recall handle names no queue position")
     return parts[1], int(queue), int(offset), parts[3]
+
+
+# ------------------------------------------------------------------ transaction ids
+_TRANSACTION_VERSION: Final = "trimq1t"
+
+
+def encode_transaction_id(commit_offset: int, queue_offset: int) -> str:
+    """The transaction id of a half message: where it is stored (its commit-log offset and
+    its queue offset in the half topic), so EndTransaction finds it without state kept per
+    transaction (the proxy keeps a table); opaque to clients."""
+    text = f"{_TRANSACTION_VERSION} {commit_offset} {queue_offset}"
+    return base64.urlsafe_b64encode(text.encode()).decode()
+
+
+def decode_transaction_id(transaction_id: str) -> tuple[int, int]:
+    """(commit-log offset, queue offset) of a transaction id.
+
+    Raises:
+        ValueError: not one of ours.
+    """
+    try:
+        text = base64.urlsafe_b64decode(transaction_id.encode()).decode()
+    except (ValueError, UnicodeError):
+        raise ValueError("transaction id is not base64 text") from None
+    parts = text.split(" ")
+    if (
+        len(parts) != 3
+        or parts[0] != _TRANSACTION_VERSION
+        or not all(p.isdigit() for p in parts[1:])
+    ):
+        raise ValueError("not a transaction id of this broker")
+    return int(parts[1]), int(parts[2])

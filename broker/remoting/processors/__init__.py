@@ -23,6 +23,7 @@ from broker.remoting.processors import (
     route,
     send,
     sendback,
+    transaction,
 )
 from broker.remoting.server import BoundRegistry, ServerState
 from protocol.codes import RequestCode
@@ -91,6 +92,7 @@ TABLE: tuple[Entry, ...] = (
     ),
     Entry((RequestCode.SEND_BATCH_MESSAGE,), send.send_batch, stores=True),
     Entry((RequestCode.CONSUMER_SEND_MSG_BACK,), sendback.send_back, stores=True),
+    Entry((RequestCode.END_TRANSACTION,), transaction.end_transaction, stores=True),
 )
 
 

@@ -14,6 +14,7 @@ from broker.core.clients import (
     ConsumerRegistration,
     MessageModel,
     Subscription,
+    TransactionCheck,
 )
 from broker.core.offsets import OffsetReset
 from broker.topics import TopicManager
@@ -29,6 +30,11 @@ class FakeChannel:
     accepts: bool = True
     changed: list[str] = field(default_factory=list)
     resets: list[tuple[OffsetReset, dict[int, int]]] = field(default_factory=list)
+    checks: list[TransactionCheck] = field(default_factory=list)
+
+    def check_transaction_state(self, check: TransactionCheck) -> bool:
+        self.checks.append(check)
+        return self.accepts
 
     def notify_consumer_ids_changed(self, group: str) -> bool:
         self.changed.append(group)
@@ -162,3 +168,18 @@ def test_reset_notice_goes_to_each_channel_and_counts_the_queued(
     assert registry.notify_reset(reset, {0: 5, 1: 7}) == 1
     assert a.resets == [(reset, {0: 5, 1: 7})] and len(full.resets) == 1
     assert registry.notify_reset(OffsetReset("other", "T", 0, True), {0: 0}) == 0
+
+
+def test_producer_channels_take_turns_and_leave_with_their_connection(
+    topics: TopicManager, v1_names: V1RetryNames
+) -> None:
+    registry = ClientRegistry(topics, v1_names)
+    a, b = FakeChannel(1), FakeChannel(2)
+    assert registry.producer_channel("pg") is None
+    registry.heartbeat(a, "client-a", ["pg"], [])
+    registry.heartbeat(b, "client-b", ["pg", "other"], [])
+    picked = [registry.producer_channel("pg") for _ in range(4)]
+    assert {c.channel_id for c in picked if c is not None} == {1, 2}
+    registry.channel_closed(b)
+    assert registry.producer_channel("pg") is a
+    assert registry.producer_channel("other") is None
