@@ -17,19 +17,70 @@ JSON object per line on stdout:
     handler answers RECONSUME_LATER the first time (``reconsume_times == 0``) it sees the
     message whose key is ``--fail-key``.
 
+``transact`` (client-cpp 2.1 only)
+    a transactional producer of ``--group`` sends every message of ``--plan`` (a JSON file:
+    ``{"topic", "messages": [{"key", "tag", "body", "local", "check"}]}``) with
+    ``SendMessageTransaction``, one after the other. The local-transaction executor prints
+    ``{"event": "executed", "key", "transaction_id", "local"}`` and answers the message's
+    ``local``: ``"commit"``, ``"rollback"`` or ``"unknown"`` (the client then sends
+    END_TRANSACTION with that outcome), or ``"crash"``: it prints ``{"event": "half_sent",
+    "key", "transaction_id"}`` and leaves at once (``os._exit(0)``), before the client can end
+    the transaction, as a producer killed between the half message and its commit. After each
+    send ``{"event": "sent", "key", "tag", "rc", "status", "msg_id", "offset"}`` (plus
+    ``"error"`` when ``rc`` is not 0), then ``{"event": "done"}``. The producer stays up (so
+    the broker can check back) until standard input reaches end of file, then shuts down
+    (unless ``--skip-shutdown``) and prints ``{"event": "stopped"}``.
+``checker`` (client-cpp 2.1 only)
+    the same transactional producer but sends nothing: a restarted producer of ``--group``
+    that only answers the broker's checks (``local`` is not used), until end of file on
+    standard input as above.
+
+In both transactional modes the checker callback answers the ``check`` of the plan's message
+with the checked message's key (``"commit"``, ``"rollback"``, ``"unknown"``; a key not in the
+plan gets ``"unknown"``) and prints ``{"event": "checked", "key", "msg_id", "transaction_id",
+"times", "answer", ...}`` each time it runs (``times`` counts the checks of that key in this
+process, from 1). ``transaction_id`` is the message's ``UNIQ_KEY`` (client-cpp 2.1 uses it as
+the transaction id). The client-cpp 2.1 heartbeat, which tells the broker this connection
+belongs to the producer group (and so may be checked), goes to the brokers the client knows a
+route to: at start (none yet), 10 ms later (a ``transact`` producer may know its broker by
+then), then every 30 s; a ``checker`` learns its broker from the route of ``TBW102`` 3 s after
+its start, so it is checkable about 30 s after it starts. ``--log-level`` (1 = FATAL ..
+6 = TRACE) sets the client's log level; at 5 = DEBUG it logs each END_TRANSACTION header. This
+client build writes its log to ``$ROCKETMQ_CLIENT_LOG_DIR`` (else ``/logs/rocketmq-client/``,
+whatever ``$HOME`` is).
+
+The transactional C API is not in the wrappers' Python API: the driver binds it with ctypes
+(``include/CProducer.h``, ``CTransactionStatus.h`` of client-cpp 2.1):
+
+- ``CProducer* CreateTransactionProducer(const char* groupId,
+  CLocalTransactionCheckerCallback checker, void* userData)``
+- ``int SendMessageTransaction(CProducer*, CMessage*, CLocalTransactionExecutorCallback
+  executor, void* userData, CSendResult* result)`` (0 = OK, 16 = PRODUCER_SEND_TRANSACTION_FAILED)
+- ``CTransactionStatus (*CLocalTransactionExecutorCallback)(CProducer*, CMessage*, void*)``
+  (called on the sending thread with the message being sent)
+- ``CTransactionStatus (*CLocalTransactionCheckerCallback)(CProducer*, CMessageExt*, void*)``
+  (called on the client's transaction thread pool with the message the broker sent)
+- ``CTransactionStatus``: ``E_COMMIT_TRANSACTION = 0``, ``E_ROLLBACK_TRANSACTION = 1``,
+  ``E_UNKNOWN_TRANSACTION = 2``.
+
 The wrappers' ``PushConsumer.subscribe`` turns a handler exception into CONSUME_SUCCESS (the
 exception escapes the ctypes callback, which then returns 0), so the driver registers its own
-callback that *returns* the failure status.
+callback that *returns* the failure status. The transaction callbacks catch every exception
+themselves for the same reason (0 would be a commit) and answer UNKNOWN after printing
+``{"event": "callback_error", ...}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import hashlib
 import json
 import os
 import sys
 import threading
+import traceback
+from collections.abc import Callable
 from typing import Any
 
 from rocketmq import client as rmq
@@ -110,24 +161,221 @@ def consume(
     return 0
 
 
+# ---------------------------------------------------------------- transactions (client-cpp 2.1)
+#: CTransactionStatus (CTransactionStatus.h).
+COMMIT, ROLLBACK, UNKNOWN = 0, 1, 2
+STATUS = {"commit": COMMIT, "rollback": ROLLBACK, "unknown": UNKNOWN}
+#: The C callbacks: CTransactionStatus (*)(CProducer*, CMessage* or CMessageExt*, void*).
+TRANSACTION_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                        ctypes.c_void_p)  # fmt: skip
+#: Where client-cpp 2.1 sets the transaction id of a message (and its unique id).
+UNIQ_KEY = b"UNIQ_KEY"
+
+
+class CSendResult(ctypes.Structure):
+    """CSendResult.h: ``{CSendStatus sendStatus; char msgId[256]; long long offset;}``."""
+
+    _fields_ = [
+        ("sendStatus", ctypes.c_int),
+        ("msgId", ctypes.c_char * 256),
+        ("offset", ctypes.c_longlong),
+    ]
+
+
+def bind_transactions() -> ctypes.CDLL:
+    """The client library with the transactional C API declared (a handle of our own, so the
+    wrappers' declarations stay as they are). Exits with an ``error`` event if the library
+    has no such API (client-cpp 1.x)."""
+    lib = ctypes.CDLL(ffi.dll._name)
+    if not hasattr(lib, "CreateTransactionProducer"):
+        emit("error", error=f"{ffi.dll._name} exports no transactional producer")
+        sys.stdout.flush()
+        os._exit(2)
+    c_void_p, c_char_p, c_int = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
+    declare: list[tuple[str, list[Any], Any]] = [
+        ("CreateTransactionProducer", [c_char_p, TRANSACTION_CALLBACK, c_void_p], c_void_p),
+        ("SendMessageTransaction",
+         [c_void_p, c_void_p, TRANSACTION_CALLBACK, c_void_p, ctypes.POINTER(CSendResult)], c_int),
+        ("SetProducerNameServerAddress", [c_void_p, c_char_p], c_int),
+        ("SetProducerSendMsgTimeout", [c_void_p, c_int], c_int),
+        ("SetProducerLogLevel", [c_void_p, c_int], c_int),
+        ("StartProducer", [c_void_p], c_int),
+        ("ShutdownProducer", [c_void_p], c_int),
+        ("GetLatestErrorMessage", [], c_char_p),
+        # CMessage (the message being sent, in the executor)
+        ("CreateMessage", [c_char_p], c_void_p),
+        ("DestroyMessage", [c_void_p], c_int),
+        ("SetMessageKeys", [c_void_p, c_char_p], c_int),
+        ("SetMessageTags", [c_void_p, c_char_p], c_int),
+        ("SetByteMessageBody", [c_void_p, c_char_p, c_int], c_int),
+        ("GetOriginMessageKeys", [c_void_p], c_char_p),
+        ("GetOriginMessageProperty", [c_void_p, c_char_p], c_char_p),
+        # CMessageExt (the message the broker sent with its check)
+        ("GetMessageTopic", [c_void_p], c_char_p),
+        ("GetMessageTags", [c_void_p], c_char_p),
+        ("GetMessageKeys", [c_void_p], c_char_p),
+        ("GetMessageBody", [c_void_p], c_char_p),
+        ("GetMessageId", [c_void_p], c_char_p),
+        ("GetMessageProperty", [c_void_p, c_char_p], c_char_p),
+        ("GetMessageQueueId", [c_void_p], c_int),
+        ("GetMessageQueueOffset", [c_void_p], ctypes.c_longlong),
+        ("GetMessageCommitLogOffset", [c_void_p], ctypes.c_longlong),
+        ("GetMessagePreparedTransactionOffset", [c_void_p], ctypes.c_longlong),
+    ]  # fmt: skip
+    for name, argtypes, restype in declare:
+        function = getattr(lib, name)
+        function.argtypes = argtypes
+        function.restype = restype
+    return lib
+
+
+def guarded(what: str, body: Callable[[int], int]) -> Any:
+    """A C transaction callback running ``body(message)``: an exception is printed and
+    answered UNKNOWN (escaping the ctypes callback, it would return 0 = commit)."""
+
+    def callback(_producer: int | None, message: int | None, _data: int | None) -> int:
+        try:
+            return body(message or 0)
+        except BaseException as exc:
+            emit("callback_error", callback=what, error=repr(exc),
+                 traceback=traceback.format_exc())  # fmt: skip
+            return UNKNOWN
+
+    return TRANSACTION_CALLBACK(callback)
+
+
+class Transactional:
+    """One client-cpp 2.1 transactional producer of ``group`` answering checks from ``plan``."""
+
+    def __init__(self, namesrv: str, group: str, plan: dict[str, Any], log_level: int) -> None:
+        self.lib = lib = bind_transactions()
+        self.plan = plan
+        self.items: dict[str, dict[str, Any]] = {item["key"]: item for item in plan["messages"]}
+        self.checks: dict[str, int] = {}
+        self._lock = threading.Lock()
+        # The callbacks must outlive the producer: keep them here.
+        self.checker = guarded("checker", self._check)
+        self.executor = guarded("executor", self._execute)
+        self.handle = lib.CreateTransactionProducer(group.encode(), self.checker, None)
+        if not self.handle:
+            raise RuntimeError(f"CreateTransactionProducer: {self.error()}")
+        self._ok("SetProducerNameServerAddress",
+                 lib.SetProducerNameServerAddress(self.handle, namesrv.encode()))  # fmt: skip
+        self._ok("SetProducerSendMsgTimeout", lib.SetProducerSendMsgTimeout(self.handle, 10_000))
+        if log_level:
+            self._ok("SetProducerLogLevel", lib.SetProducerLogLevel(self.handle, log_level))
+
+    def error(self) -> str:
+        return _text(self.lib.GetLatestErrorMessage())
+
+    def _ok(self, what: str, rc: int) -> None:
+        if rc != 0:
+            raise RuntimeError(f"{what} returned {rc}: {self.error()}")
+
+    def start(self) -> None:
+        self._ok("StartProducer", self.lib.StartProducer(self.handle))
+
+    def shutdown(self) -> None:
+        self._ok("ShutdownProducer", self.lib.ShutdownProducer(self.handle))
+
+    def _execute(self, message: int) -> int:
+        """The local transaction of the message being sent (on the sending thread)."""
+        key = _text(self.lib.GetOriginMessageKeys(message))
+        transaction_id = _text(self.lib.GetOriginMessageProperty(message, UNIQ_KEY))
+        local = self.items[key]["local"]
+        if local == "crash":
+            emit("half_sent", key=key, transaction_id=transaction_id)
+            sys.stdout.flush()
+            os._exit(0)  # before the client can send END_TRANSACTION
+        emit("executed", key=key, transaction_id=transaction_id, local=local)
+        return STATUS[local]
+
+    def _check(self, message: int) -> int:
+        """A check-back from the broker (on the client's transaction thread pool)."""
+        lib = self.lib
+        key = _text(lib.GetMessageKeys(message))
+        item = self.items.get(key)
+        answer = item["check"] if item is not None else "unknown"
+        with self._lock:
+            times = self.checks[key] = self.checks.get(key, 0) + 1
+        body: bytes = lib.GetMessageBody(message) or b""
+        emit("checked", key=key, msg_id=_text(lib.GetMessageId(message)),
+             transaction_id=_text(lib.GetMessageProperty(message, UNIQ_KEY)), times=times,
+             answer=answer, known=item is not None, topic=_text(lib.GetMessageTopic(message)),
+             tag=_text(lib.GetMessageTags(message)),
+             pgroup=_text(lib.GetMessageProperty(message, b"PGROUP")),
+             tran_msg=_text(lib.GetMessageProperty(message, b"TRAN_MSG")),
+             queue_id=int(lib.GetMessageQueueId(message)),
+             queue_offset=int(lib.GetMessageQueueOffset(message)),
+             commit_log_offset=int(lib.GetMessageCommitLogOffset(message)),
+             prepared_offset=int(lib.GetMessagePreparedTransactionOffset(message)),
+             body_len=len(body), body_sha256=hashlib.sha256(body).hexdigest())  # fmt: skip
+        return STATUS[answer]
+
+    def send(self, item: dict[str, Any]) -> None:
+        """``SendMessageTransaction`` of one plan message (its executor runs inside)."""
+        lib = self.lib
+        message = lib.CreateMessage(self.plan["topic"].encode())
+        try:
+            body = item["body"].encode()
+            lib.SetMessageKeys(message, item["key"].encode())
+            lib.SetMessageTags(message, item["tag"].encode())
+            lib.SetByteMessageBody(message, body, len(body))
+            result = CSendResult()
+            rc = lib.SendMessageTransaction(self.handle, message, self.executor, None,
+                                            ctypes.byref(result))  # fmt: skip
+        finally:
+            lib.DestroyMessage(message)
+        fields: dict[str, Any] = {"error": self.error()} if rc != 0 else {}
+        emit("sent", key=item["key"], tag=item["tag"], rc=int(rc), status=int(result.sendStatus),
+             msg_id=_text(result.msgId), offset=int(result.offset), **fields)  # fmt: skip
+
+
+def transact(namesrv: str, group: str, plan_path: str, *, send: bool, log_level: int,
+             shutdown: bool) -> int:  # fmt: skip
+    with open(plan_path, encoding="utf-8") as file:
+        plan = json.load(file)
+    producer = Transactional(namesrv, group, plan, log_level)
+    producer.start()
+    emit("started", group=group, mode="transact" if send else "checker")
+    if send:
+        for item in plan["messages"]:
+            producer.send(item)
+        emit("done")
+    sys.stdin.read()  # until the test closes our standard input (checks keep coming)
+    emit("stopping")
+    if shutdown:
+        producer.shutdown()
+    emit("stopped", shutdown=shutdown)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("mode", choices=("produce", "consume"))
+    parser.add_argument("mode", choices=("produce", "consume", "transact", "checker"))
     parser.add_argument("--namesrv", required=True, help="HOST:PORT of the broker")
     parser.add_argument("--group", required=True)
-    parser.add_argument("--plan", help="produce: the JSON message plan")
+    parser.add_argument("--plan", help="produce, transact, checker: the JSON message plan")
     parser.add_argument("--topic", help="consume: the topic")
     parser.add_argument("--expression", default="*", help="consume: tag expression")
     parser.add_argument("--fail-key", default="", help="consume: key to fail once")
     parser.add_argument(
         "--skip-shutdown",
         action="store_true",
-        help="consume: exit without shutdown() (client-cpp 2.1 crashes in it with a SIGSEGV "
-        "in DefaultMQPushConsumerImpl::shutdownMessageTraceInnerProducer)",
+        help="consume, transact, checker: exit without shutdown() (client-cpp 2.1 crashes in "
+        "the push consumer's with a SIGSEGV in "
+        "DefaultMQPushConsumerImpl::shutdownMessageTraceInnerProducer)",
     )
+    parser.add_argument(
+        "--log-level", type=int, default=0,
+        help="transact, checker: the client's log level (1 = FATAL .. 6 = TRACE)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.mode == "produce":
         code = produce(args.namesrv, args.group, args.plan)
+    elif args.mode in ("transact", "checker"):
+        code = transact(args.namesrv, args.group, args.plan, send=args.mode == "transact",
+                        log_level=args.log_level, shutdown=not args.skip_shutdown)  # fmt: skip
     else:
         code = consume(args.namesrv, args.group, args.topic, args.expression, args.fail_key,
                        shutdown=not args.skip_shutdown)  # fmt: skip
