@@ -18,6 +18,7 @@ from client.message import Message, ReceivedMessage, SendReceipt, SendStatus
 from client.producer import Producer
 from client.push import ConsumeResult, PushConsumer
 from client.simple_consumer import SimpleConsumer
+from client.transaction import TransactionReceipt, TransactionState
 
 __all__ = [
     "ClientClosedError",
@@ -36,4 +37,6 @@ __all__ = [
     "SendReceipt",
     "SendStatus",
     "SimpleConsumer",
+    "TransactionReceipt",
+    "TransactionState",
 ]

@@ -41,6 +41,8 @@ _log = structlog.get_logger("trimq.client")
 RebalanceHook = Callable[[str], None]
 #: Called with (group, topic, queue → offset) of a broker's RESET_CONSUMER_CLIENT_OFFSET.
 ResetHook = Callable[[str, str, dict[MessageQueue, int]], None]
+#: ``hook(request, broker address)``: a broker asks a producer about a half message.
+CheckHook = Callable[[RemotingCommand, str], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +94,9 @@ class ClientInstance:
         self.consumer_data: Callable[[], Iterable[ConsumerData]] = tuple
         self.on_rebalance: RebalanceHook | None = None
         self.on_reset_offset: ResetHook | None = None
+        #: Answers a broker's CHECK_TRANSACTION_STATE (a producer with a checker), given
+        #: the request and the broker's address.
+        self.on_check_transaction: CheckHook | None = None
 
     # ------------------------------------------------------------------ requests
     def request(
@@ -243,7 +248,7 @@ class ClientInstance:
             for address in set(self.broker_addresses().values()):
                 tg.start_soon(one, address)
 
-    async def _on_request(self, cmd: RemotingCommand) -> RemotingCommand | None:
+    async def _on_request(self, cmd: RemotingCommand, address: str) -> RemotingCommand | None:
         if cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED:
             try:
                 group = NotifyConsumerIdsChangedRequestHeader.from_ext(
@@ -256,6 +261,9 @@ class ClientInstance:
             return None
         if cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             return self._on_reset(cmd)
+        if cmd.code == RequestCode.CHECK_TRANSACTION_STATE and self.on_check_transaction:
+            await self.on_check_transaction(cmd, address)
+            return None
         return cmd.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"client does not serve code {cmd.code}"
         )

@@ -16,6 +16,7 @@ a send retries only that queue, since moving it would break the order.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -23,21 +24,40 @@ from contextlib import AsyncExitStack
 from types import TracebackType
 
 import anyio
+import structlog
 
 from client.config import ClientConfig
 from client.errors import ClientClosedError, ClientError, NoRouteError, SendFailedError
 from client.instance import ClientInstance, TopicRoute, open_instance
-from client.message import MAX_BODY_SIZE, Message, SendReceipt, SendStatus, compress_body
+from client.message import (
+    MAX_BODY_SIZE,
+    Message,
+    ReceivedMessage,
+    SendReceipt,
+    SendStatus,
+    compress_body,
+)
+from client.transaction import (
+    LocalTransaction,
+    TransactionChecker,
+    TransactionReceipt,
+    TransactionState,
+    end_header,
+    resolve,
+)
 from protocol.batch import BatchEntry, encode_batch
 from protocol.bodies.consumer import MessageQueue
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import BrokerError, for_code
+from protocol.errors import BrokerError, ProtocolError, RecordError, for_code
 from protocol.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
-from protocol.msgid import UniqKeyGenerator, ip_to_bytes
+from protocol.headers.transaction import CheckTransactionStateRequestHeader
+from protocol.message import SYSFLAG_TRANSACTION_PREPARED, decode_record
+from protocol.msgid import UniqKeyGenerator, decode_offset_msg_id, ip_to_bytes
 from protocol.naming import DEFAULT_TOPIC, validate_group
-from protocol.properties import encode_properties, java_string_hash
+from protocol.properties import PGROUP, TRAN_MSG, encode_properties, java_string_hash
 
+_log = structlog.get_logger("trimq.client")
 AUTO_CREATE_TOPIC = DEFAULT_TOPIC
 #: Broker answers after which another broker may succeed (``DefaultMQProducer``).
 RETRY_CODES = frozenset(
@@ -76,6 +96,12 @@ class Producer:
         compress_over: bodies of at least this many bytes are zlib-compressed (0 = never).
         max_body_size: larger bodies are refused before sending.
         default_topic_queue_nums: queues of a topic the broker auto-creates for us.
+        checker: answers the broker's questions about this group's half messages whose
+            transaction it does not know (see :meth:`send_in_transaction`); without one,
+            such questions go unanswered (another producer of the group may answer).
+        topics: topics it sends to: their routes are fetched at start, so that the
+            producer announces its group to their brokers at once (a producer that only
+            checks transactions must name them to be asked).
     """
 
     def __init__(
@@ -88,8 +114,14 @@ class Producer:
         compress_over: int = 4096,
         max_body_size: int = MAX_BODY_SIZE,
         default_topic_queue_nums: int = 4,
+        checker: TransactionChecker | None = None,
+        topics: Sequence[str] = (),
     ) -> None:
         validate_group(group)
+        self.checker = checker
+        self.topics = tuple(topics)
+        #: Brokers told about this group since it started (a checker must be reachable).
+        self._announced: set[str] = set()
         self.config = config or ClientConfig()
         self.group = group
         self.send_timeout = send_timeout
@@ -112,6 +144,12 @@ class Producer:
         async with AsyncExitStack() as stack:  # unwinds if starting fails
             instance, _ = await stack.enter_async_context(open_instance(self.config))
             instance.producer_groups.add(self.group)
+            if self.checker is not None:
+                instance.on_check_transaction = self._on_check
+            if self.topics:
+                await instance.prefetch_routes(self.topics)
+                await instance.heartbeat()
+                self._announced.update(instance.broker_addresses().values())
             self._instance, self._stack = instance, stack.pop_all()
         return self
 
@@ -212,6 +250,108 @@ class Producer:
             )
             for i, uniq in enumerate(uniqs)
         ]
+
+    # ------------------------------------------------------------------ transactions
+    async def send_in_transaction(
+        self, message: Message, execute: LocalTransaction
+    ) -> TransactionReceipt:
+        """Send ``message`` as a half message, run ``execute(message, receipt)`` (the local
+        transaction), and commit or roll back the message as it answers. Consumers see the
+        message only once committed. UNKNOWN (or an exception from ``execute``, which is
+        then raised again) leaves the decision to the broker's check-back: a producer of this
+        group with a ``checker`` answers it.
+
+        Raises:
+            ValueError, IllegalNameError: the message is invalid, or delayed (RocketMQ does
+                not delay transactional messages).
+            SendFailedError, BrokerError: the half message could not be sent (nothing ran).
+        """
+        if message.delay_level or message.delivery_timestamp is not None:
+            raise ValueError("a transactional message cannot be delayed")
+        message.validate(self.max_body_size)
+        uniq = self._uniq.new_uniq_key()
+        body, sys_flag = compress_body(message.body, 0, self.compress_over)
+        props = message.wire_properties(uniq)
+        props.update({TRAN_MSG: "true", PGROUP: self.group})
+        properties = encode_properties(props)
+        receipt = await self._send_with_retries(
+            message.topic,
+            None,
+            lambda queue, default: self._single_request(
+                queue, default, message, body, sys_flag | SYSFLAG_TRANSACTION_PREPARED, properties
+            ),
+            uniq,
+        )
+        await self._announce(receipt.queue)
+        try:
+            state = await resolve(execute(message, receipt))
+        except BaseException:
+            await self._end(receipt, TransactionState.UNKNOWN)
+            raise
+        return await self._end(receipt, state)
+
+    async def _announce(self, queue: MessageQueue) -> None:
+        """Heartbeat once to a broker that holds our half messages and has not heard of the
+        group yet, so that its check-backs can reach us before the periodic heartbeat."""
+        address = self.instance.broker_address(queue.broker_name)
+        if address is not None and address not in self._announced:
+            self._announced.add(address)
+            await self.instance.heartbeat()
+
+    async def _end(self, receipt: SendReceipt, state: TransactionState) -> TransactionReceipt:
+        """Tell the broker that stored ``receipt`` how the transaction ended. UNKNOWN is
+        oneway: the broker answers it with nothing."""
+        _, _, commit_offset = decode_offset_msg_id(receipt.offset_message_id)
+        header = end_header(
+            self.group,
+            queue_offset=receipt.queue_offset,
+            commit_offset=commit_offset,
+            state=state,
+            msg_id=receipt.message_id,
+            transaction_id=receipt.transaction_id or receipt.message_id,
+            from_check=False,
+        )
+        cmd = self.instance.request(RequestCode.END_TRANSACTION, header.to_ext())
+        try:
+            address = self._address(receipt.queue)
+            if state is TransactionState.UNKNOWN:
+                await self.instance.remoting.invoke_oneway(address, cmd, self.send_timeout)
+                return TransactionReceipt(receipt, state, False, "left to the check-back")
+            await self.instance.call(address, cmd, self.send_timeout)
+        except (ClientError, BrokerError) as exc:
+            return TransactionReceipt(receipt, state, False, str(exc))
+        return TransactionReceipt(receipt, state, True)
+
+    async def _on_check(self, cmd: RemotingCommand, address: str) -> None:
+        """A broker asks about a half message: run the checker, answer with END_TRANSACTION
+        (oneway, as Java's producers do: the broker may ask again)."""
+        checker = self.checker
+        if checker is None:
+            return
+        try:
+            header = CheckTransactionStateRequestHeader.from_ext(cmd.ext_fields)
+            record, _ = decode_record(cmd.body)
+        except (ProtocolError, RecordError) as exc:
+            _log.warning("unreadable transaction check", broker=address, error=str(exc))
+            return
+        message = ReceivedMessage.of(record, "")
+        try:
+            state = await resolve(checker(message))
+        except Exception as exc:  # the checker's bug: the broker asks again later
+            _log.warning("transaction checker failed", msg_id=header.msg_id, error=repr(exc))
+            return
+        answer = end_header(
+            record.properties.get(PGROUP, self.group),
+            queue_offset=header.tran_state_table_offset,
+            commit_offset=header.commit_log_offset,
+            state=state,
+            msg_id=header.msg_id or record.msg_id,
+            transaction_id=header.transaction_id,
+            from_check=True,
+        )
+        end = self.instance.request(RequestCode.END_TRANSACTION, answer.to_ext())
+        with contextlib.suppress(ClientError):
+            await self.instance.remoting.invoke_oneway(address, end, self.send_timeout)
 
     # ------------------------------------------------------------------ internals
     async def _send_with_retries(

@@ -16,11 +16,13 @@ hand-over; the requests themselves run concurrently on the loop).
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, Self, TypeVar
 
+import anyio.to_thread
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from client import producer as _producer
@@ -29,6 +31,7 @@ from client import simple_consumer as _simple
 from client.config import ClientConfig
 from client.errors import ClientClosedError
 from client.message import Message, ReceivedMessage, SendReceipt
+from client.transaction import LocalTransaction, TransactionReceipt, resolve
 
 A = TypeVar("A")
 P = ParamSpec("P")
@@ -97,12 +100,23 @@ class _Facade(Generic[A]):
 
 
 class Producer(_Facade[_producer.Producer]):
-    """Blocking :class:`client.producer.Producer` (same arguments, same methods)."""
+    """Blocking :class:`client.producer.Producer` (same arguments, same methods). A plain
+    ``checker`` function runs in a worker thread, so it may block (a database query)."""
 
     def __init__(
         self, config: ClientConfig | None = None, *, backend: str = "asyncio", **kwargs: Any
     ) -> None:
+        checker = kwargs.pop("checker", None)
+        if checker is not None:
+            kwargs["checker"] = _in_thread(checker)
         super().__init__(_producer.Producer(config, **kwargs), backend)
+
+    def send_in_transaction(
+        self, message: Message, execute: LocalTransaction
+    ) -> TransactionReceipt:
+        """Send a half message, run ``execute`` (in a worker thread when it is a plain
+        function), then commit or roll back as it answers (see the async method)."""
+        return self._call(self._client.send_in_transaction, message, _in_thread(execute))
 
     def send(self, message: Message, *, sharding_key: str | None = None) -> SendReceipt:
         """Send and wait for the broker (see the async method)."""
@@ -117,6 +131,18 @@ class Producer(_Facade[_producer.Producer]):
     ) -> list[SendReceipt]:
         """Send messages of one topic in one request."""
         return self._call(self._client.send_batch, messages, sharding_key=sharding_key)
+
+
+def _in_thread(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """``fn`` as a coroutine function: a coroutine function as it is, a plain function run
+    in a worker thread (it must not block the facade's event loop)."""
+    if inspect.iscoroutinefunction(fn):
+        return fn
+
+    async def run(*args: Any) -> Any:
+        return await resolve(await anyio.to_thread.run_sync(fn, *args))
+
+    return run
 
 
 class SimpleConsumer(_Facade[_simple.SimpleConsumer]):

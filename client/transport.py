@@ -41,7 +41,8 @@ from protocol.connection import (
 from protocol.errors import ProtocolError
 
 #: Called for each request the broker sends us; returns the reply, or None for none.
-RequestHandler = Callable[[RemotingCommand], Awaitable[RemotingCommand | None]]
+#: ``handler(request, address)``: answers a request the server sent (None: no answer).
+RequestHandler = Callable[[RemotingCommand, str], Awaitable[RemotingCommand | None]]
 _READ_SIZE = 256 * 1024
 #: Queued bytes above which writers wait for the socket.
 _MAX_OUTBOX = 4 * 1024 * 1024
@@ -244,7 +245,7 @@ class Connection:
         if self._on_request is None:
             reply = cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, "not supported")
         else:
-            reply = await self._on_request(cmd)
+            reply = await self._on_request(cmd, self.address)
         if reply is None or cmd.is_oneway:
             return
         # A lost connection is reported by the reader; nothing to do here.
