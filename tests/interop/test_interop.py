@@ -127,8 +127,14 @@ class Client:
         return [str(env.python), "-I", str(HERE / "cpp_driver.py"), *args]
 
     def environ(self, env: ClientEnv, home: Path) -> dict[str, str]:
-        # HOME: the C++ clients write their logs under ~/logs/rocketmq-cpp.
-        out = {**real_clock_environ(), "HOME": str(home)}
+        # HOME: the C++ clients write their logs under ~/logs/rocketmq-cpp; the 2.1 build of
+        # rocketmq-python-cvs ignores HOME and writes to $ROCKETMQ_CLIENT_LOG_DIR (else
+        # /logs/rocketmq-client, outside the test's directory).
+        out = {
+            **real_clock_environ(),
+            "HOME": str(home),
+            "ROCKETMQ_CLIENT_LOG_DIR": str(home / "logs" / "rocketmq-client"),
+        }
         if env.node_modules is not None:
             out["NODE_PATH"] = str(env.node_modules)
         return out
