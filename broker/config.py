@@ -79,6 +79,10 @@ class BrokerConfig:
     #: Check-backs before an undecided half is discarded to ``TRANS_CHECK_MAX_TIME_TOPIC``
     #: (RocketMQ's ``transactionCheckMax``: 15).
     transaction_check_max: int = 15
+    #: Serve SQL92 subscriptions (RocketMQ's ``enablePropertyFilter``, off there by default;
+    #: on here: the official 5.x clients offer SQL92 filters). Off: they are refused with
+    #: SUBSCRIPTION_PARSE_FAILED, as RocketMQ does.
+    enable_property_filter: bool = True
 
     def __post_init__(self) -> None:
         if self.wake_mode not in WAKE_MODES:
@@ -281,6 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--transaction-check-max",
         type=int,
         help="check-backs before an undecided half message is discarded (default 15)",
+    )
+    p.add_argument(
+        "--enable-property-filter",
+        help="serve SQL92 subscriptions: true (default) or false",
     )
     p.add_argument("--config", help="broker.toml with the same settings")
     return p

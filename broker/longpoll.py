@@ -9,7 +9,7 @@ at once and re-reads. RocketMQ instead checks held pulls every 5 s (a 15 s pull 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import trio
@@ -24,7 +24,14 @@ class PullWaiter:
     """One parked pull."""
 
     tags_codes: frozenset[int] | None
+    #: A property (SQL92) filter over the arriving message's properties, None for none.
+    property_match: Callable[[Mapping[str, str]], bool] | None = None
     event: trio.Event = field(default_factory=trio.Event)
+
+    def matches(self, tags_code: int, properties: Mapping[str, str]) -> bool:
+        if self.tags_codes is not None and tags_code not in self.tags_codes:
+            return False
+        return self.property_match is None or self.property_match(properties)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +60,17 @@ class PullHub:
         )
 
     async def wait(
-        self, topic: str, queue_id: int, tags_codes: frozenset[int] | None, deadline: float
+        self,
+        topic: str,
+        queue_id: int,
+        tags_codes: frozenset[int] | None,
+        deadline: float,
+        property_match: Callable[[Mapping[str, str]], bool] | None = None,
     ) -> bool:
         """Park until a matching message arrives on the queue (True) or ``deadline`` passes
         (False), in ``trio.current_time()`` seconds."""
         key = (topic, queue_id)
-        waiter = PullWaiter(tags_codes)
+        waiter = PullWaiter(tags_codes, property_match)
         waiters = self._waiters.setdefault(key, [])
         waiters.append(waiter)
         self._parked += 1
@@ -88,7 +100,7 @@ class PullHub:
             return
         keep = []
         for waiter in waiters:
-            if waiter.tags_codes is None or tags_code in waiter.tags_codes:
+            if waiter.matches(tags_code, properties):
                 waiter.event.set()
                 self._wakeups += 1
             else:

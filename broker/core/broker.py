@@ -279,8 +279,16 @@ async def open_broker(
             offsets,
             shutting_down,
             max_hold_ms=config.suspend_max_ms,
+            property_filter=config.enable_property_filter,
         ),
-        pops=CorePopService(pop, topics, clock, shutting_down, max_hold_ms=config.suspend_max_ms),
+        pops=CorePopService(
+            pop,
+            topics,
+            clock,
+            shutting_down,
+            max_hold_ms=config.suspend_max_ms,
+            property_filter=config.enable_property_filter,
+        ),
         offsets=offsets,
         admin=AdminService(
             identity,

@@ -1,42 +1,97 @@
 """Read checks and message filters shared by pull and pop (RocketMQ's checks and codes).
 
 A consumer names a topic, a queue (or any queue, for pops) and a subscription expression;
-these rules decide whether it may read and which tag hashes it wants, whatever the front end.
+these rules decide whether it may read and which messages it wants (tag hashes, or an SQL92
+selector over the properties), whatever the front end.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from broker.store.api import RecordFilter
 from broker.topics import TopicManager, is_readable
 from protocol.codes import ResponseCode
-from protocol.errors import BrokerError
+from protocol.errors import BrokerError, RecordError
 from protocol.filters import EXPRESSION_TAG, tag_codes
+from protocol.message import decode_record
+from protocol.sql92 import Selector, SelectorError, compile_selector
+
+#: ``ExpressionType.SQL92``.
+EXPRESSION_SQL92 = "SQL92"
+#: Compiled selectors kept (one per distinct expression: subscriptions repeat theirs).
+_SELECTOR_CACHE = 1024
 
 
-def check_expression_type(expression_type: str | None) -> None:
-    """Raise unless the subscription is a TAG expression (or has no type: TAG).
+@dataclass(frozen=True, slots=True)
+class MessageFilter:
+    """A subscription's filter as reads apply it: tag hashes (consume-queue entries carry
+    them, so no record is read) or an SQL92 selector over the properties (each candidate
+    record is read and its properties decoded)."""
 
-    This broker has no property (SQL92) filter, and delivering everything would hand an SQL92
-    consumer messages it never asked for; RocketMQ with ``enablePropertyFilter = false``
-    refuses it too.
+    #: Tag hashes wanted; None: every tag.
+    tags: frozenset[int] | None = None
+    selector: Selector | None = None
+
+    @property
+    def property_match(self) -> Callable[[Mapping[str, str]], bool] | None:
+        """The check of an arriving message's properties (long-poll wake-ups), if any."""
+        return None if self.selector is None else self.selector.matches
+
+    @property
+    def record_filter(self) -> RecordFilter | None:
+        """The store's per-record check, None when the tags say everything."""
+        selector = self.selector
+        if selector is None:
+            return None
+
+        def passes(data: bytes) -> bool:
+            try:
+                properties = decode_record(data)[0].properties
+            except RecordError:
+                return False
+            return selector.matches(properties)
+
+        return passes
+
+
+#: Every message.
+EVERYTHING = MessageFilter()
+
+
+def message_filter(
+    expression: str | None, expression_type: str | None, *, property_filter: bool = True
+) -> MessageFilter:
+    """The filter of a subscription: a ``TAG`` expression (the default type) or, when the
+    broker has property filtering on, an ``SQL92`` one.
 
     Raises:
-        BrokerError: ``SUBSCRIPTION_PARSE_FAILED``.
+        BrokerError: ``SUBSCRIPTION_PARSE_FAILED`` for another type, SQL92 with property
+            filtering off (RocketMQ's ``enablePropertyFilter = false``: delivering everything
+            would hand the consumer messages it never asked for), or an SQL92 expression
+            that does not parse (the remark says where).
     """
-    if (expression_type or EXPRESSION_TAG).upper() != EXPRESSION_TAG:
+    kind = (expression_type or EXPRESSION_TAG).upper()
+    if kind == EXPRESSION_TAG:
+        return MessageFilter(tags=tag_codes(expression))
+    if kind != EXPRESSION_SQL92 or not property_filter:
         raise BrokerError(
             f"The broker does not support consumer to filter message by {expression_type}",
             code=ResponseCode.SUBSCRIPTION_PARSE_FAILED,
         )
+    try:
+        return MessageFilter(selector=_compiled(expression or ""))
+    except SelectorError as exc:
+        raise BrokerError(
+            f"bad SQL92 expression: {exc}", code=ResponseCode.SUBSCRIPTION_PARSE_FAILED
+        ) from None
 
 
-def tag_filter(expression: str | None, expression_type: str | None) -> frozenset[int] | None:
-    """The tag-hash filter of a subscription, ``None`` for "every message".
-
-    Raises:
-        BrokerError: ``SUBSCRIPTION_PARSE_FAILED`` for a non-``TAG`` expression type.
-    """
-    check_expression_type(expression_type)
-    return tag_codes(expression)
+@functools.lru_cache(maxsize=_SELECTOR_CACHE)
+def _compiled(expression: str) -> Selector:
+    return compile_selector(expression)
 
 
 def check_readable(

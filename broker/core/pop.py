@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import trio
 
 from broker.clock import Clock
-from broker.core.filters import check_readable, tag_filter
+from broker.core.filters import check_readable, message_filter
 from broker.metrics import EventKind
 from broker.pop.inflight import Lease, LeaseKey, Outcome
 from broker.pop.reader import REVIVE_QID, PopRequest, PopResult
@@ -161,6 +161,7 @@ class PopService:
         stopping: trio.Event,
         *,
         max_hold_ms: int,
+        property_filter: bool = True,
     ) -> None:
         self.engine = engine
         self.topics = topics
@@ -168,6 +169,8 @@ class PopService:
         self.stopping = stopping
         #: The longest a pop parks, whatever its poll time asks.
         self.max_hold_ms = max_hold_ms
+        #: Whether SQL92 subscriptions are served (``enable_property_filter``).
+        self.property_filter = property_filter
 
     # ------------------------------------------------------------------ pop
     def request(
@@ -199,13 +202,16 @@ class PopService:
             )
         _check_invisible(invisible_ms)
         check_readable(self.topics, topic, queue_id, group, verb="peeking", any_queue=True)
+        wanted = message_filter(expression, expression_type, property_filter=self.property_filter)
         return PopRequest(
             group=group,
             topic=topic,
             queue_id=max(queue_id, -1),
             max_nums=max_nums,
             invisible_ms=invisible_ms,
-            tags=tag_filter(expression, expression_type),
+            tags=wanted.tags,
+            record_filter=wanted.record_filter,
+            property_match=wanted.property_match,
             order=order,
             attempt_id=attempt_id,
             init_mode=init_mode,
@@ -225,7 +231,9 @@ class PopService:
         parked_at = trio.current_time()
         deadline = parked_at + hold_s
         for _ in range(MAX_REPARKS):
-            wakeup = await engine.hub.wait(req.topic, req.group, req.queue_id, req.tags, deadline)
+            wakeup = await engine.hub.wait(
+                req.topic, req.group, req.queue_id, req.tags, deadline, req.property_match
+            )
             if wakeup is None or self.stopping.is_set():
                 break
             result = engine.pop_nowait(req, self.clock.now_ms())

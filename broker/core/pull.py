@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import trio
 
 from broker.core.clients import ClientRegistry
-from broker.core.filters import check_readable, tag_filter
+from broker.core.filters import EVERYTHING, MessageFilter, check_readable, message_filter
 from broker.core.offsets import OffsetService
 from broker.longpoll import PullHub
 from broker.store.api import GetResult, GetStatus
@@ -71,8 +71,11 @@ class PullService:
         stopping: trio.Event,
         *,
         max_hold_ms: int,
+        property_filter: bool = True,
     ) -> None:
         self.store = store
+        #: Whether SQL92 subscriptions are served (``enable_property_filter``).
+        self.property_filter = property_filter
         self.topics = topics
         self.hub = hub
         self.clients = clients
@@ -81,19 +84,22 @@ class PullService:
         #: The longest a pull is held, whatever it asks (``brokerSuspendMaxTimeMillis``).
         self.max_hold_ms = max_hold_ms
 
-    def tags_of(self, req: PullRequest) -> frozenset[int] | None:
+    def filter_of(self, req: PullRequest) -> MessageFilter:
         """The pull's filter: its own expression when it carries one, else the one its group
         registered by heartbeat, else none (clients filter tags themselves too).
 
         Raises:
-            BrokerError: ``SUBSCRIPTION_PARSE_FAILED`` for a non-``TAG`` expression type.
+            BrokerError: ``SUBSCRIPTION_PARSE_FAILED`` for an expression type the broker
+                does not serve or an SQL92 expression that does not parse.
         """
         if req.subscription is not None:
-            return tag_filter(*req.subscription)
-        sub = self.clients.subscription(req.group, req.topic)
-        if sub is None:
-            return None
-        return tag_filter(sub.expression, sub.expression_type)
+            expression, expression_type = req.subscription
+        else:
+            sub = self.clients.subscription(req.group, req.topic)
+            if sub is None:
+                return EVERYTHING
+            expression, expression_type = sub.expression, sub.expression_type
+        return message_filter(expression, expression_type, property_filter=self.property_filter)
 
     async def pull(self, req: PullRequest, *, hold_ms: int) -> GetResult:
         """Check, commit the piggy-backed offset, read, and hold a caught-up pull for up to
@@ -106,10 +112,10 @@ class PullService:
             IllegalNameError: the group name is illegal (checked when committing).
         """
         check_readable(self.topics, req.topic, req.queue_id, req.group)
-        tags = self.tags_of(req)
+        wanted = self.filter_of(req)
         if req.commit_offset is not None:
             self.offsets.commit_checked(req.group, req.topic, req.queue_id, req.commit_offset)
-        result = self._read(req, tags)
+        result = self._read(req, wanted)
         hold_s = max(0, min(hold_ms, self.max_hold_ms)) / 1000
         if hold_s <= 0 or self.stopping.is_set() or not caught_up(result.status, req.offset):
             return result
@@ -118,22 +124,26 @@ class PullService:
         # and the store calls PullHub.arriving only on the trio thread. So a message
         # dispatched "between the read and the park" cannot exist: it was either seen by the
         # read or it will wake this waiter. Keep every await out of that span.
-        woken = await self.hub.wait(req.topic, req.queue_id, tags, trio.current_time() + hold_s)
+        woken = await self.hub.wait(
+            req.topic, req.queue_id, wanted.tags, trio.current_time() + hold_s,
+            wanted.property_match,
+        )  # fmt: skip
         if not woken or self.stopping.is_set():
             return self._timed_out(req, result)
         # Woken by a matching message: read once more and answer whatever it finds
         # (RocketMQ's executeRequestWhenWakeup with brokerAllowSuspend = false).
-        return self._read(req, tags)
+        return self._read(req, wanted)
 
-    def _read(self, req: PullRequest, tags: frozenset[int] | None) -> GetResult:
+    def _read(self, req: PullRequest, wanted: MessageFilter) -> GetResult:
         count = min(max(req.max_nums, 1), MAX_PULL_MESSAGES)
         limit = req.max_bytes
         max_bytes = (
             min(limit, MAX_PULL_BYTES) if limit is not None and limit > 0 else MAX_PULL_BYTES
         )
         return self.store.get(
-            req.topic, req.queue_id, req.offset, count, max_bytes=max_bytes, tags_codes=tags
-        )
+            req.topic, req.queue_id, req.offset, count, max_bytes=max_bytes,
+            tags_codes=wanted.tags, record_filter=wanted.record_filter,
+        )  # fmt: skip
 
     def _timed_out(self, req: PullRequest, result: GetResult) -> GetResult:
         """ "Caught up" for a pull whose hold ended without a matching message (or a stop),

@@ -50,6 +50,8 @@ from protocol.properties import ORIGIN_TOPIC
 
 #: A parking place: ``(topic, group, queue id)``.
 PopKey = tuple[str, str, int]
+#: A property (SQL92) filter over a message's properties.
+PropertyMatch = Callable[[Mapping[str, str]], bool]
 #: The queue id of a pop that takes from any queue of its topic.
 ANY_QUEUE = -1
 #: RocketMQ's ``popPollingSize`` and ``maxPopPollingSize``.
@@ -105,6 +107,8 @@ class _Arrival:
     queue_offset: int
     #: The message's tags code; None means "ignore filters" (notify).
     tags_code: int | None
+    #: The message's properties, for property (SQL92) filters; None: ignore them.
+    properties: Mapping[str, str] | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -114,13 +118,21 @@ class _Waiter:
     key: PopKey
     tags_codes: frozenset[int] | None
     seq: int
+    #: A property (SQL92) filter, None for none.
+    property_match: PropertyMatch | None = None
     event: trio.Event = field(default_factory=trio.Event)
     wakeup: Wakeup | None = None
     #: Re-does the wake-up for another waiter if this one is cancelled before it runs.
     pass_on: Callable[[], bool] | None = None
 
-    def matches(self, tags_code: int | None) -> bool:
-        return tags_code is None or self.tags_codes is None or tags_code in self.tags_codes
+    def matches(self, arrival: _Arrival) -> bool:
+        tags_code = arrival.tags_code
+        if tags_code is None:
+            return True  # a notification: filters do not apply
+        if self.tags_codes is not None and tags_code not in self.tags_codes:
+            return False
+        props = arrival.properties
+        return self.property_match is None or props is None or self.property_match(props)
 
 
 @dataclass(slots=True)
@@ -246,6 +258,7 @@ class PopHub:
         queue_id: int,
         tags_codes: frozenset[int] | None,
         deadline: float,
+        property_match: PropertyMatch | None = None,
     ) -> Wakeup | None:
         """Park a pop until a message for it arrives (the :class:`Wakeup`) or ``deadline``
         passes (None), in ``trio.current_time()`` seconds.
@@ -263,7 +276,7 @@ class PopHub:
             )
         if self._parked >= self.max_total:
             raise PollingFullError(f"{self._parked} pops already wait (limit {self.max_total})")
-        waiter = _Waiter(key, tags_codes, next(self._seqs))
+        waiter = _Waiter(key, tags_codes, next(self._seqs), property_match)
         self._add(waiter)
         try:
             with trio.move_on_at(deadline):
@@ -334,17 +347,24 @@ class PopHub:
             elif topic.startswith(DLQ_PREFIX):
                 self._unrouted_retry += 1
             else:
-                self._new_arriving(topic, queue_id, queue_offset, tags_code)
+                self._new_arriving(topic, queue_id, queue_offset, tags_code, properties)
         except Exception as exc:
             self._arrival_errors += 1
             self._last_error = repr(exc)
 
-    def _new_arriving(self, topic: str, queue_id: int, queue_offset: int, tags_code: int) -> None:
+    def _new_arriving(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        tags_code: int,
+        properties: Mapping[str, str],
+    ) -> None:
         groups = self._index.get(topic)
         if not groups:
             return
         queues = (ANY_QUEUE,) if queue_id == ANY_QUEUE else (ANY_QUEUE, queue_id)
-        arrival = _Arrival(WakeReason.NEW, topic, queue_id, queue_offset, tags_code)
+        arrival = _Arrival(WakeReason.NEW, topic, queue_id, queue_offset, tags_code, properties)
         for group in list(groups):
             self._wake_one(topic, group, queues, arrival)
 
@@ -356,7 +376,7 @@ class PopHub:
         tags_code: int,
         properties: Mapping[str, str],
     ) -> None:
-        arrival = _Arrival(WakeReason.RETRY, topic, queue_id, queue_offset, tags_code)
+        arrival = _Arrival(WakeReason.RETRY, topic, queue_id, queue_offset, tags_code, properties)
         if self.wake_mode == WakeMode.TARGETED:
             owner = self._retry_owner(topic, properties)
             if owner is not None:
@@ -444,7 +464,7 @@ class PopHub:
         ``queues`` are the keys to look at (None: all of the group's keys on the topic); they
         are merged by parking order, or taken one after the other when ``ordered``.
         """
-        waiter = self._pick(topic, group, queues, arrival.tags_code, ordered=ordered)
+        waiter = self._pick(topic, group, queues, arrival, ordered=ordered)
         if waiter is None:
             return False
         wakeup = Wakeup(
@@ -465,7 +485,7 @@ class PopHub:
         topic: str,
         group: str,
         queues: tuple[int, ...] | None,
-        tags_code: int | None,
+        arrival: _Arrival,
         *,
         ordered: bool,
     ) -> _Waiter | None:
@@ -482,7 +502,7 @@ class PopHub:
         else:
             candidates = heapq.merge(*lines, key=_seq)
         for waiter in candidates:
-            if waiter.matches(tags_code):
+            if waiter.matches(arrival):
                 return waiter  # iteration stops before anything is changed
         return None
 

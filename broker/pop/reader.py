@@ -18,10 +18,11 @@ between always either was read or wakes the parked pop.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from broker.pop.inflight import InflightTable, Lease
-from broker.store.api import GetResult, GetStatus
+from broker.store.api import GetResult, GetStatus, RecordFilter
 from broker.store.store import MessageStore
 from broker.topics import TopicManager
 from protocol.headers.pop import INIT_MODE_MIN
@@ -55,6 +56,10 @@ class PopRequest:
     max_nums: int
     invisible_ms: int
     tags: frozenset[int] | None = None
+    #: A property (SQL92) filter the store applies to each candidate record, and the same
+    #: check over an arriving message's properties (long-poll wake-ups).
+    record_filter: RecordFilter | None = None
+    property_match: Callable[[Mapping[str, str]], bool] | None = None
     order: bool = False
     attempt_id: str | None = None
     init_mode: int = INIT_MODE_MIN
@@ -175,7 +180,9 @@ class PopReader:
     def _read(
         self, topic: str, queue_id: int, offset: int, count: int, req: PopRequest
     ) -> GetResult:
-        return self.store.get(topic, queue_id, offset, count, tags_codes=req.tags)
+        return self.store.get(
+            topic, queue_id, offset, count, tags_codes=req.tags, record_filter=req.record_filter
+        )
 
     def _read_at_cursor(
         self, req: PopRequest, topic: str, queue_id: int, start: int, count: int

@@ -9,7 +9,7 @@ are reserved for misuse (``StoreClosedError``) and for corruption found where no
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -18,6 +18,8 @@ from protocol.msgid import encode_offset_msg_id
 
 #: ``(ip, port)`` as the record codec takes it.
 Host = tuple[str, int]
+#: Whether a stored record (its bytes) passes a consumer's property filter (SQL92).
+RecordFilter = Callable[[bytes], bool]
 
 
 class PutStatus(enum.Enum):

@@ -7,7 +7,7 @@ body is the stored bytes, back to back.
 
 from __future__ import annotations
 
-from broker.store.api import GetResult, GetStatus
+from broker.store.api import GetResult, GetStatus, RecordFilter
 from broker.store.commitlog import CommitLog
 from broker.store.consumequeue import ConsumeQueue
 from broker.store.record import check_record
@@ -41,9 +41,11 @@ def read_queue(
     max_count: int,
     max_bytes: int,
     tags_codes: frozenset[int] | None,
+    record_filter: RecordFilter | None = None,
 ) -> GetResult:
     """Up to ``max_count`` records (and ``max_bytes``, but at least one) from ``offset`` of a
-    queue whose first live entry is ``low``; with ``tags_codes``, only those tag hashes."""
+    queue whose first live entry is ``low``; with ``tags_codes``, only those tag hashes; with
+    ``record_filter``, only the records it passes (a property filter: it reads each one)."""
     high = cq.max_offset
     status = position_status(offset, low, high)
     if status is not None:
@@ -60,7 +62,8 @@ def read_queue(
     phys: list[int] = []
     total = 0
     nxt = offset
-    budget = MAX_FILTER_SCAN if tags_codes is not None else max_count
+    filtered = tags_codes is not None or record_filter is not None
+    budget = MAX_FILTER_SCAN if filtered else max_count
     for entry_offset, (where, size, tags_code) in enumerate(
         cq.entries(offset, max(budget, max_count)), start=offset
     ):
@@ -71,6 +74,8 @@ def read_queue(
             continue
         data = log.read(where, size)
         if data is None:  # retention removed the record under a lagging queue entry
+            continue
+        if record_filter is not None and not record_filter(data):
             continue
         records.append(data)
         offsets.append(entry_offset)

@@ -31,6 +31,7 @@ from broker.store.api import (
     MessageToStore,
     PutResult,
     PutStatus,
+    RecordFilter,
     StoreClosedError,
     StoreCorruptError,
 )
@@ -426,15 +427,18 @@ class MessageStore:
         *,
         max_bytes: int = 4 * 1024 * 1024,
         tags_codes: frozenset[int] | None = None,
+        record_filter: RecordFilter | None = None,
     ) -> GetResult:
         """Read up to ``max_count`` messages (and ``max_bytes``, but at least one) from
-        ``offset``; with ``tags_codes`` only messages whose tag hash is in the set."""
+        ``offset``; with ``tags_codes`` only messages whose tag hash is in the set, with
+        ``record_filter`` only those it passes."""
         cq = self._queues.get((topic, queue_id))
         if cq is None:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         return read_queue(
-            self.log, cq, self._queue_min(cq), offset, max_count, max_bytes, tags_codes
-        )
+            self.log, cq, self._queue_min(cq), offset, max_count, max_bytes, tags_codes,
+            record_filter,
+        )  # fmt: skip
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest queue offset whose message is still held (0 for an unknown queue)."""

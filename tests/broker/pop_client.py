@@ -43,13 +43,15 @@ async def pop(
     order: bool = False,
     attempt_id: str | None = None,
     exp: str | None = None,
+    exp_type: str | None = None,
     timeout: float = 30,  # noqa: ASYNC109
 ) -> tuple[RemotingCommand, list[Popped]]:
     """One POP_MESSAGE; the reply and its messages with receipts (empty unless SUCCESS)."""
     header = PopMessageRequestHeader(
         consumer_group=group, topic=topic, queue_id=queue_id, max_msg_nums=max_nums,
         invisible_time=invisible_ms, poll_time=poll_ms, born_time=0, init_mode=0,
-        exp_type="TAG" if exp else None, exp=exp, order=order, attempt_id=attempt_id,
+        exp_type=exp_type or ("TAG" if exp else None), exp=exp, order=order,
+        attempt_id=attempt_id,
     )  # fmt: skip
     reply = await client.call(RequestCode.POP_MESSAGE, header.to_ext(), timeout=timeout)
     return reply, popped_of(reply, group)

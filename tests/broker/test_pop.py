@@ -205,6 +205,39 @@ async def test_tag_filter(tmp_path: Path, autojump_clock: trio.testing.MockClock
             assert reply.code == ResponseCode.POLLING_TIMEOUT
 
 
+async def test_sql92_filter_and_its_wake_ups(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """An SQL92 pop takes only the messages whose properties match (the cursor moves past the
+    rest), a parked one is woken by a matching arrival only, and a bad expression is
+    SUBSCRIPTION_PARSE_FAILED."""
+    with trio.fail_after(10):
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
+            await create_topic(client, "T", queues=1)
+            for body, price in ((b"cheap", "3"), (b"dear", "30"), (b"dearer", "300")):
+                await send(client, "T", body, price=price)
+            sql = "price >= 10"
+            _, got = await pop(client, "g", "T", exp=sql, exp_type="SQL92")
+            assert [p.msg.body for p in got] == [b"dear", b"dearer"]
+            async with broker.connect() as producer, trio.open_nursery() as nursery:
+
+                async def later() -> None:
+                    await trio.sleep(0.3)
+                    await send(producer, "T", b"cheap again", price="1")
+                    await trio.sleep(0.3)
+                    await send(producer, "T", b"dear again", price="99")
+
+                nursery.start_soon(later)
+                start = trio.current_time()
+                reply, got = await pop(client, "g", "T", poll_ms=5_000, exp=sql, exp_type="SQL92")
+                waited = trio.current_time() - start
+            assert [p.msg.body for p in got] == [b"dear again"]
+            assert waited == pytest.approx(0.6)  # the cheap one woke nobody
+            assert broker.broker.pop.hub.statistics().wasted_wakeups == 0
+            reply, _ = await pop(client, "g", "T", exp="price >", exp_type="SQL92")
+            assert reply.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED, reply.remark
+
+
 async def test_dlq_after_max_reconsume_times(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -195,9 +195,95 @@ async def test_pull_filters_by_tags(tmp_path: Path) -> None:
                 reply = await pull(client, 0, subscription=expression)
                 assert [m.body for m in messages(reply)] == everything
 
-            reply = await pull(client, 0, subscription="a > 1", expression_type="SQL92")
+            reply = await pull(client, 0, subscription="*", expression_type="XPATH")
+            assert reply.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+            assert "XPATH" in (reply.remark or "")
+
+
+async def send_props(client: BrokerClient, body: bytes, props: dict[str, str]) -> None:
+    header = SendMessageRequestHeader(
+        producer_group="pull_test_producer", topic=TOPIC, default_topic="TBW102",
+        default_topic_queue_nums=4, queue_id=0, sys_flag=0, born_timestamp=0, flag=0,
+        properties=encode_properties(props),
+    )  # fmt: skip
+    reply = await client.call(RequestCode.SEND_MESSAGE, header.to_ext(), body)
+    assert reply.code == ResponseCode.SUCCESS, reply.remark
+
+
+SQL_MESSAGES: list[tuple[bytes, dict[str, str]]] = [
+    (b"a1-red", {"a": "1", "color": "red", TAGS: "TagA"}),
+    (b"a5-blue", {"a": "5", "color": "blue", TAGS: "TagB"}),
+    (b"a9-red", {"a": "9", "color": "red", TAGS: "TagA"}),
+    (b"no-a", {"color": "red"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("expression", "wanted"),
+    [
+        ("a > 3", [b"a5-blue", b"a9-red"]),
+        ("a BETWEEN 1 AND 5 AND color = 'red'", [b"a1-red"]),
+        ("color IN ('red') AND a IS NULL", [b"no-a"]),
+        ("TAGS = 'TagA' OR color <> 'red'", [b"a1-red", b"a5-blue", b"a9-red"]),
+        ("a > 100", []),
+    ],
+)
+async def test_pull_filters_by_sql92_over_properties(
+    tmp_path: Path, expression: str, wanted: list[bytes]
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            for body, props in SQL_MESSAGES:
+                await send_props(client, body, props)
+            reply = await pull(client, 0, subscription=expression, expression_type="SQL92")
+            if wanted:
+                assert [m.body for m in messages(reply)] == wanted
+            else:
+                assert reply.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+            assert pulled(reply).next_begin_offset == len(SQL_MESSAGES)
+
+
+async def test_sql92_refusals_are_subscription_parse_failed(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            await send_props(client, b"x", {"a": "1"})
+            reply = await pull(client, 0, subscription="a >", expression_type="SQL92")
+            assert reply.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+            assert "position" in (reply.remark or ""), reply.remark
+            await assert_pull_ok(client)
+        async with (
+            open_broker(tmp_path, enable_property_filter=False) as broker,
+            open_client(broker.port) as client,
+        ):
+            reply = await pull(client, 0, subscription="a > 0", expression_type="SQL92")
             assert reply.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
             assert "SQL92" in (reply.remark or "")
+
+
+async def assert_pull_ok(client: BrokerClient) -> None:
+    assert (await pull(client, 0)).code == ResponseCode.SUCCESS
+
+
+async def test_sql92_long_poll_is_answered_by_a_matching_message_only(tmp_path: Path) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            await send_props(client, b"first", {"a": "0"})
+            async with trio.open_nursery() as nursery:
+                got: list[RemotingCommand] = []
+
+                async def park() -> None:
+                    got.append(await pull(
+                        client, 1, subscription="a = 7", expression_type="SQL92",
+                        suspend_ms=8000,
+                    ))  # fmt: skip
+
+                nursery.start_soon(park)
+                await wait_parked(broker)
+                await send_props(client, b"not it", {"a": "3"})
+                await send_props(client, b"it", {"a": "7"})
+            [reply] = got
+            assert [m.body for m in messages(reply)] == [b"it"]
+            assert pulled(reply).next_begin_offset == 3
 
 
 async def test_bad_offsets_answer_offset_moved(tmp_path: Path) -> None:

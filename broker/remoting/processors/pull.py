@@ -2,8 +2,9 @@
 :class:`broker.core.pull.PullService` (checks, filter, long polling live there).
 
 Read outcomes map to response codes exactly as RocketMQ's ``PullMessageProcessor`` does;
-records are sent back as they are stored. A ``SQL92`` (or any non-``TAG``) subscription is
-refused with ``SUBSCRIPTION_PARSE_FAILED`` (see :func:`broker.core.filters.check_expression_type`).
+records are sent back as they are stored. A ``TAG`` or ``SQL92`` subscription filters them
+(:func:`broker.core.filters.message_filter`); another type, or an SQL92 expression that does
+not parse, is ``SUBSCRIPTION_PARSE_FAILED``.
 """
 
 from __future__ import annotations

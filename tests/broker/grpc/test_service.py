@@ -500,3 +500,26 @@ async def test_recall_cancels_a_delayed_message_before_its_delivery(tmp_path: Pa
                 more = handle.broker.store.get("RecallTopic", queue_id, 0, 32)
                 bodies_there += [m.body for m in decode_records(more.body)] if more.body else []
             assert bodies_there == [b"kept"]
+
+
+async def test_receive_with_an_sql92_filter(tmp_path: Path) -> None:
+    """A SQL filter expression selects by user properties; one that does not parse is
+    ILLEGAL_FILTER_EXPRESSION."""
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as handle, open_grpc_client(handle.grpc_port) as client:
+            await create_topic(client, "SqlTopic")
+            for body, region in ((b"eu-1", "eu"), (b"us-1", "us"), (b"eu-2", "eu")):
+                req = send_request("SqlTopic", body)
+                req.messages[0].user_properties["region"] = region
+                await client.unary("SendMessage", req)
+
+            def sql(expression: str) -> Any:
+                req = receive_request("SqlTopic", "SqlGroup", poll_s=5)
+                req.filter_expression.type = schema.FilterType.SQL
+                req.filter_expression.expression = expression
+                return req
+
+            reply = await client.server_streaming("ReceiveMessage", sql("region = 'eu'"))
+            assert sorted(bodies(reply)) == [b"eu-1", b"eu-2"]
+            reply = await client.server_streaming("ReceiveMessage", sql("region = "))
+            assert receive_status(reply) == Code.ILLEGAL_FILTER_EXPRESSION
