@@ -148,9 +148,9 @@ class _Link:
     """One connection's protocol object and socket, shared by its reader, writer and calls.
 
     Only the writer task (:meth:`run_writer`) writes to the socket. A write that a
-    cancellation interrupts leaves the HTTP/2 byte stream torn (h2 already handed the bytes
-    over, HPACK state included), so no call task ever writes itself: a call's deadline or
-    reset could otherwise break every other call of the connection.
+    cancellation interrupts leaves the HTTP/2 byte stream torn (the protocol already handed
+    the bytes over), so no call task ever writes itself: a call's deadline or reset could
+    otherwise break every other call of the connection.
     """
 
     def __init__(self, stream: trio.abc.Stream, protocol: GrpcConnection, peer: str) -> None:
@@ -460,7 +460,7 @@ class _Connection:
                     try:
                         with self._read_scope:
                             await _read(self.service, self.state, link, self.calls, nursery, self)
-                        # Our last frames (h2's GOAWAY after a protocol error, ours after the
+                        # Our last frames (the GOAWAY after a protocol error, ours after the
                         # client's), bounded: a peer that does not read gets no more time.
                         with trio.move_on_after(_LAST_WRITE_S):
                             if not link.protocol.closed and link.protocol.going_away:
@@ -559,7 +559,7 @@ async def _read(
         except GrpcConnectionError as exc:
             state.broken += 1
             _log.info("closing gRPC connection", peer=link.peer, error=str(exc))
-            return  # h2's GOAWAY is written on the way out
+            return  # our GOAWAY is written on the way out
         for ev in events:
             if isinstance(ev, CallMessage):
                 call = calls.get(ev.stream_id)
@@ -611,7 +611,7 @@ def _deliver(call: Call, payload: bytes) -> None:
         if len(call.payloads) < 2:  # a second one is an error already (Call.request)
             call.payloads.append(payload)
         return
-    # A message after half-close cannot happen (h2 refuses it); the channel's size is
+    # A message after half-close cannot happen (the protocol refuses it); the channel's size is
     # bounded above.
     with contextlib.suppress(trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
         call._requests_in.send_nowait(payload)

@@ -1,9 +1,13 @@
 """``GrpcConnection``: the server side of one gRPC-over-HTTP/2 connection, sans-IO.
 
-Theory of operation: ``h2`` keeps the HTTP/2 state (frames, HPACK, flow control, settings,
-pings); this wraps it into gRPC calls, the way :mod:`protocol.connection` wraps Remoting
-frames. The I/O layer feeds bytes to :meth:`receive_data`, acts on the events it returns and
-writes :meth:`data_to_send` after every call. No sockets, no clocks, no tasks.
+Theory of operation: this keeps the HTTP/2 state a gRPC server needs (RFC 9113: frames,
+flow control, settings, pings; HPACK decoding with the ``hpack`` library, encoding with
+constant blocks, :mod:`protocol.grpc.http2`) and turns it into gRPC calls, the way
+:mod:`protocol.connection` does for Remoting frames. The I/O layer feeds bytes to
+:meth:`receive_data`, acts on the events it returns and writes :meth:`data_to_send` after
+every call. No sockets, no clocks, no tasks. (It replaced ``h2``, whose generic state machine
+cost ~45 % of a unary call's CPU: events, per-frame objects, header validation and HPACK
+encoding of the same response headers over and over.)
 
 * **calls**: a request's HEADERS become :class:`CallStarted` (path, metadata, deadline from
   ``grpc-timeout``); its DATA become one :class:`CallMessage` per length-prefixed gRPC
@@ -16,50 +20,55 @@ writes :meth:`data_to_send` after every call. No sockets, no clocks, no tasks.
   that open them are handled here). :meth:`end_call` sends the trailers after everything
   queued before them, or Trailers-Only when nothing was sent. :meth:`unsent` is what a call
   has queued beyond the windows: the I/O layer waits while it is large (back-pressure).
-* **the peer's GOAWAY**: ``h2`` closes its whole state machine when it receives one
-  (python-hyper/h2#1181), which would fail every call still open — the Node client sends
-  GOAWAY while its Telemetry stream is half-open, and crashes when the connection then drops.
-  A :class:`~protocol.grpc.framing.FrameSplitter` withholds GOAWAY frames from h2; the peer's
-  intent comes out as :class:`PeerGoingAway`, new streams are refused from then on, and the
-  open calls finish.
+* **the peer's GOAWAY** comes out as :class:`PeerGoingAway`: new streams are refused from
+  then on, and the open calls finish (the Node client sends GOAWAY while its Telemetry stream
+  is half-open, and crashes if the connection then drops; ``h2`` used to close everything).
+* **flow control**: request bytes are acknowledged (WINDOW_UPDATE) once half a window was
+  read — every message is handed on whole and its size is capped; responses wait for the
+  peer's windows.
 
-Broken HTTP/2 raises :class:`GrpcConnectionError`; :meth:`data_to_send` then holds h2's own
-GOAWAY, and the connection is done.
+Broken HTTP/2 raises :class:`GrpcConnectionError`; :meth:`data_to_send` then holds our
+GOAWAY with the error code, and the connection is done. Errors confined to one stream reset
+that stream (RST_STREAM) and end its call as :class:`CallReset`.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-import h2.config
-import h2.connection
-import h2.errors
-import h2.events
-import h2.exceptions
-import h2.settings
+import hpack
+import hpack.exceptions
 
 from protocol.errors import TrimqError
+from protocol.grpc import http2
 from protocol.grpc.codes import GrpcStatus
 from protocol.grpc.framing import (
-    FrameSplitter,
     GrpcFramingError,
     MessageDecoder,
     encode_message,
     parse_timeout,
     percent_encode,
 )
+from protocol.grpc.http2 import ErrorCode, Flag, FrameType, Setting
 
 #: Largest message accepted in a request (the proxy's ``maxMessageSize`` is 4 MiB for a body;
 #: a request carries a little more).
 DEFAULT_MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024 + 64 * 1024
-#: What each stream may send us before we acknowledge (h2's default is 64 KiB; a 4 MiB send
-#: would otherwise take 64 round trips).
+#: What each stream may send us before we acknowledge (the default 64 KiB would make a 4 MiB
+#: send take 64 round trips).
 _INITIAL_WINDOW: Final = 1024 * 1024
 _CONNECTION_WINDOW: Final = 16 * 1024 * 1024
-_RESPONSE_HEADERS: Final = ((":status", "200"), ("content-type", "application/grpc"))
+#: The largest frame we accept (advertised): big messages arrive in few frames.
+_MAX_FRAME_SIZE: Final = 1024 * 1024
+_MAX_HEADER_LIST_SIZE: Final = 64 * 1024
+#: A header block's bytes (HEADERS + CONTINUATION) we collect before giving up on the peer.
+_MAX_HEADER_BLOCK: Final = 256 * 1024
+#: Characters of a status message sent (percent-encoded, at most 6 bytes each): clients
+#: fail a call whose metadata exceeds their limit (8 KiB in gRPC C-core).
+_MAX_STATUS_CHARS: Final = 600
 
 
 class GrpcConnectionError(TrimqError):
@@ -117,12 +126,20 @@ Event = CallStarted | CallMessage | CallHalfClosed | CallReset | PeerGoingAway
 @dataclass(slots=True)
 class _Stream:
     decoder: MessageDecoder
-    #: Response bytes h2 could not take yet (flow control), oldest first.
+    #: What the peer may still send on this stream before our next WINDOW_UPDATE.
+    recv_window: int
+    #: What we may still send on this stream (the peer's window).
+    send_window: int
+    #: Request bytes read but not yet acknowledged.
+    unacked: int = 0
+    #: The client sent END_STREAM (or the call was refused while it was still sending).
+    remote_closed: bool = False
+    #: Response bytes the windows did not allow yet, oldest first.
     pending: deque[memoryview] = field(default_factory=deque)
     unsent: int = 0
     headers_sent: bool = False
-    #: Trailers to send once ``pending`` is empty.
-    trailers: list[tuple[str, str]] | None = None
+    #: Trailers block to send once ``pending`` is empty; set when the call ends.
+    trailers: bytes | None = None
 
 
 class GrpcConnection:
@@ -134,25 +151,23 @@ class GrpcConnection:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         max_concurrent_streams: int = 1000,
     ) -> None:
-        config = h2.config.H2Configuration(
-            client_side=False,
-            # Bytes, decoded here: h2's own decoding raises UnicodeDecodeError out of
-            # receive_data on a header that is not UTF-8 (any peer can send one).
-            header_encoding=None,
-            # Our own headers are well-formed; checking them costs ~10 % of a unary call.
-            validate_outbound_headers=False,
-            normalize_outbound_headers=False,
-            # h2's checks of request headers cost another ~8 % (profiled); what a gRPC call
-            # needs of them (:method, :path, content-type, grpc-*) is checked here, and any
-            # other header is only metadata.
-            validate_inbound_headers=False,
-            normalize_inbound_headers=False,
-        )
-        self._h2 = h2.connection.H2Connection(config)
-        self._splitter = FrameSplitter()
+        self._decoder = hpack.Decoder(max_header_list_size=_MAX_HEADER_LIST_SIZE)
         self._streams: dict[int, _Stream] = {}
         #: Streams with messages queued since the last data_to_send.
         self._dirty: set[int] = set()
+        self._out: list[bytes] = []
+        self._buf = bytearray()
+        self._preface_left = len(http2.CONNECTION_PREFACE)
+        self._seen_settings = False
+        #: The highest stream id the client opened (streams below it are closed or open).
+        self._last_stream_id = 0
+        #: A header block being continued: (stream id, END_STREAM, fragments, size).
+        self._continued: tuple[int, bool, list[bytes], int] | None = None
+        self._recv_window = _CONNECTION_WINDOW
+        self._recv_unacked = 0
+        self._send_window = http2.DEFAULT_WINDOW
+        self._peer_initial_window = http2.DEFAULT_WINDOW
+        self._peer_max_frame = http2.MIN_MAX_FRAME_SIZE
         self._max_message_size = max_message_size
         self._max_concurrent_streams = max_concurrent_streams
         self.going_away = False
@@ -161,28 +176,30 @@ class GrpcConnection:
     # ------------------------------------------------------------------ connection
     def initiate(self) -> None:
         """Queue our connection preface (SETTINGS, a larger connection window)."""
-        self._h2.local_settings = h2.settings.Settings(
-            client=False,
-            initial_values={
-                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self._max_concurrent_streams,
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _INITIAL_WINDOW,
-                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 64 * 1024,
-            },
+        self._out.append(
+            http2.settings_frame(
+                {
+                    Setting.MAX_CONCURRENT_STREAMS: self._max_concurrent_streams,
+                    Setting.INITIAL_WINDOW_SIZE: _INITIAL_WINDOW,
+                    Setting.MAX_FRAME_SIZE: _MAX_FRAME_SIZE,
+                    Setting.MAX_HEADER_LIST_SIZE: _MAX_HEADER_LIST_SIZE,
+                }
+            )
         )
-        self._h2.initiate_connection()
-        self._h2.increment_flow_control_window(_CONNECTION_WINDOW - 65535)
+        self._out.append(http2.window_update(0, _CONNECTION_WINDOW - http2.DEFAULT_WINDOW))
 
     def data_to_send(self) -> bytes:
         """Bytes to write to the socket now (possibly empty). Messages queued since the last
-        call go to h2 here, as few DATA frames as the windows allow (a receive's 32 messages
-        are one frame, not 32)."""
-        if self._dirty and not self.closed:  # after a GOAWAY h2 takes nothing more
+        call are framed here, in as few DATA frames as the windows allow (a receive's 32
+        messages are one frame, not 32)."""
+        if self._dirty and not self.closed:
             for sid in self._dirty:
                 stream = self._streams.get(sid)
                 if stream is not None:
                     self._pump(sid, stream)
         self._dirty.clear()
-        return self._h2.data_to_send()
+        out, self._out = self._out, []
+        return out[0] if len(out) == 1 else b"".join(out)
 
     @property
     def open_calls(self) -> int:
@@ -194,53 +211,180 @@ class GrpcConnection:
         :meth:`send_message` and :meth:`end_call` do nothing)."""
         if not self.closed:
             self.closed = True
-            self._h2.close_connection(error_code)
+            self._out.append(http2.goaway(self._last_stream_id, error_code))
 
     # ------------------------------------------------------------------ reading
     def receive_data(self, data: bytes | bytearray) -> list[Event]:
         """Feed bytes from the socket; returns what they mean, in order.
 
         Raises:
-            GrpcConnectionError: the peer broke HTTP/2.
+            GrpcConnectionError: the peer broke HTTP/2 (our GOAWAY is queued).
         """
-        passed, goaways = self._splitter.receive_data(data)
-        try:
-            h2_events = self._h2.receive_data(passed) if passed else []
-        except h2.exceptions.ProtocolError as exc:
-            self.closed = True
-            raise GrpcConnectionError(f"HTTP/2 protocol error: {exc}") from None
+        if self.closed:
+            return []
         out: list[Event] = []
-        for ev in h2_events:
-            self._handle(ev, out)
-        for goaway in goaways:
-            self.going_away = True
-            out.append(PeerGoingAway(goaway.last_stream_id, goaway.error_code))
-        self._pump_all()
+        try:
+            self._receive(data, out)
+        except http2.ConnectionError_ as exc:
+            self.close(exc.code)
+            raise GrpcConnectionError(
+                f"HTTP/2 {http2.code_name(exc.code)}: {exc.message}"
+            ) from None
+        if self._send_window > 0:
+            self._pump_all()
         return out
 
-    def _handle(self, ev: h2.events.Event, out: list[Event]) -> None:
-        if isinstance(ev, h2.events.DataReceived):
-            self._data(ev, out)
-        elif isinstance(ev, h2.events.RequestReceived):
-            self._request(ev, out)
-        elif isinstance(ev, h2.events.StreamEnded):
-            self._half_closed(ev.stream_id, out)
-        elif isinstance(ev, h2.events.StreamReset):
-            if self._streams.pop(ev.stream_id, None) is not None:
-                out.append(CallReset(ev.stream_id, f"RST_STREAM {_code_name(ev.error_code)}"))
-        elif isinstance(ev, h2.events.ConnectionTerminated):  # only if a GOAWAY slipped by
-            self.going_away = True
-            out.append(PeerGoingAway(ev.last_stream_id or 0, int(ev.error_code or 0)))
-        # WindowUpdated / RemoteSettingsChanged: the pump after the batch uses the new
-        # windows; pings and settings acks are answered by h2 itself.
+    def _receive(self, data: bytes | bytearray, out: list[Event]) -> None:
+        buf = self._buf
+        buf += data
+        pos = 0
+        if self._preface_left:
+            pos = self._preface(buf)
+            if self._preface_left:
+                del buf[:pos]
+                return
+        end = len(buf)
+        header = http2.FRAME_HEADER
+        try:
+            while end - pos >= 9:
+                word, flags, sid = header.unpack_from(buf, pos)
+                length = word >> 8
+                if length > _MAX_FRAME_SIZE:
+                    raise http2.ConnectionError_(
+                        ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes"
+                    )
+                if end - pos - 9 < length:
+                    break
+                payload = bytes(buf[pos + 9 : pos + 9 + length])
+                pos += 9 + length
+                self._frame(word & 0xFF, flags, sid & 0x7FFFFFFF, payload, out)
+        finally:
+            del buf[:pos]
 
-    def _request(self, ev: h2.events.RequestReceived, out: list[Event]) -> None:
-        sid = ev.stream_id
-        headers = {_text(k): _text(v) for k, v in ev.headers or ()}
-        if self.going_away:
-            self._h2.reset_stream(sid, h2.errors.ErrorCodes.REFUSED_STREAM)
+    def _preface(self, buf: bytearray) -> int:
+        preface = http2.CONNECTION_PREFACE
+        done = len(preface) - self._preface_left
+        take = min(self._preface_left, len(buf))
+        if bytes(buf[:take]) != preface[done : done + take]:
+            raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 preface")
+        self._preface_left -= take
+        return take
+
+    def _frame(self, ftype: int, flags: int, sid: int, payload: bytes, out: list[Event]) -> None:
+        if self._continued is not None and ftype != FrameType.CONTINUATION:
+            raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
+        if not self._seen_settings:
+            if ftype != FrameType.SETTINGS or flags & Flag.ACK:
+                raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "no SETTINGS first")
+            self._seen_settings = True
+        handler = _HANDLERS.get(ftype)
+        if handler is not None:  # unknown frame types are ignored (RFC 9113 §4.1)
+            handler(self, flags, sid, payload, out)
+
+    # --- DATA
+    def _data(self, flags: int, sid: int, payload: bytes, out: list[Event]) -> None:
+        if sid == 0:
+            raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
+        length = len(payload)
+        self._recv_window -= length
+        if self._recv_window < 0:
+            raise http2.ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window")
+        self._recv_unacked += length
+        if self._recv_unacked >= _CONNECTION_WINDOW // 2:
+            self._out.append(http2.window_update(0, self._recv_unacked))
+            self._recv_window += self._recv_unacked
+            self._recv_unacked = 0
+        if flags & Flag.PADDED:
+            payload = _unpad(payload)
+        stream = self._streams.get(sid)
+        if stream is None:
+            if sid > self._last_stream_id:
+                raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "DATA on an idle stream")
+            return  # a call we already ended: the client's late data means nothing
+        if stream.remote_closed:
+            self._stream_error(sid, ErrorCode.STREAM_CLOSED, "DATA after END_STREAM", out)
             return
-        self._streams[sid] = _Stream(MessageDecoder(self._max_message_size))
+        stream.recv_window -= length
+        if stream.recv_window < 0:
+            self._stream_error(sid, ErrorCode.FLOW_CONTROL_ERROR, "stream window", out)
+            return
+        end_stream = bool(flags & Flag.END_STREAM)
+        if not end_stream:
+            stream.unacked += length
+            if stream.unacked >= _INITIAL_WINDOW // 2:
+                self._out.append(http2.window_update(sid, stream.unacked))
+                stream.recv_window += stream.unacked
+                stream.unacked = 0
+        if stream.trailers is None:
+            try:
+                stream.decoder.receive_data(payload)
+                while (message := stream.decoder.next_message()) is not None:
+                    out.append(CallMessage(sid, message))
+            except GrpcFramingError as exc:
+                self._fail(sid, exc.status, exc.message, out)
+        if end_stream:
+            self._remote_end(sid, out)
+
+    # --- HEADERS, CONTINUATION
+    def _headers(self, flags: int, sid: int, payload: bytes, out: list[Event]) -> None:
+        if sid == 0 or sid % 2 == 0:
+            raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, f"HEADERS on stream {sid}")
+        if flags & Flag.PADDED:
+            payload = _unpad(payload)
+        if flags & Flag.PRIORITY:
+            if len(payload) < 5:
+                raise http2.ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "short PRIORITY")
+            payload = payload[5:]
+        end_stream = bool(flags & Flag.END_STREAM)
+        if flags & Flag.END_HEADERS:
+            self._header_block(sid, end_stream, payload, out)
+        else:
+            self._continued = (sid, end_stream, [payload], len(payload))
+
+    def _continuation(self, flags: int, sid: int, payload: bytes, out: list[Event]) -> None:
+        continued = self._continued
+        if continued is None or continued[0] != sid:
+            raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "unexpected CONTINUATION")
+        _, end_stream, parts, size = continued
+        parts.append(payload)
+        size += len(payload)
+        if size > _MAX_HEADER_BLOCK:
+            raise http2.ConnectionError_(ErrorCode.ENHANCE_YOUR_CALM, "header block too large")
+        if flags & Flag.END_HEADERS:
+            self._continued = None
+            self._header_block(sid, end_stream, b"".join(parts), out)
+        else:
+            self._continued = (sid, end_stream, parts, size)
+
+    def _header_block(self, sid: int, end_stream: bool, block: bytes, out: list[Event]) -> None:
+        # Decoded whatever becomes of the stream: HPACK's table must follow the client's.
+        try:
+            fields = self._decoder.decode(block, raw=True)
+        except hpack.exceptions.HPACKError as exc:
+            raise http2.ConnectionError_(ErrorCode.COMPRESSION_ERROR, repr(exc)) from None
+        stream = self._streams.get(sid)
+        if stream is not None:  # trailers on a request: they end it (gRPC sends none)
+            if stream.remote_closed or not end_stream:
+                self._stream_error(sid, ErrorCode.PROTOCOL_ERROR, "bad request trailers", out)
+            else:
+                self._remote_end(sid, out)
+            return
+        if sid <= self._last_stream_id:
+            self._out.append(http2.rst_stream(sid, ErrorCode.STREAM_CLOSED))
+            return
+        self._last_stream_id = sid
+        if self.going_away or len(self._streams) >= self._max_concurrent_streams:
+            self._out.append(http2.rst_stream(sid, ErrorCode.REFUSED_STREAM))
+            return
+        headers = {_text(k): _text(v) for k, v in fields}
+        self._request(sid, headers, end_stream, out)
+
+    def _request(
+        self, sid: int, headers: dict[str, str], end_stream: bool, out: list[Event]
+    ) -> None:
+        self._streams[sid] = _Stream(
+            MessageDecoder(self._max_message_size), _INITIAL_WINDOW, self._peer_initial_window
+        )
         problem = _check_request(headers)
         timeout_s: float | None = None
         if problem is None and "grpc-timeout" in headers:
@@ -249,37 +393,132 @@ class GrpcConnection:
             except ValueError:
                 problem = (GrpcStatus.INTERNAL, "malformed grpc-timeout")
         if problem is not None:
-            self.end_call(sid, problem[0], problem[1])
-            out.append(CallReset(sid, problem[1]))
+            if end_stream:
+                self._streams[sid].remote_closed = True
+            self._fail(sid, problem[0], problem[1], out)
             return
         metadata = {k: v for k, v in headers.items() if not k.startswith(":")}
         out.append(CallStarted(sid, headers[":path"], metadata, timeout_s))
-        if ev.stream_ended:
-            self._half_closed(sid, out)
+        if end_stream:
+            self._remote_end(sid, out)
 
-    def _data(self, ev: h2.events.DataReceived, out: list[Event]) -> None:
-        sid = ev.stream_id
-        # Acknowledged at once: every message is handed on whole, and its size is capped.
-        if ev.flow_controlled_length:
-            self._h2.acknowledge_received_data(ev.flow_controlled_length, sid)
-        stream = self._streams.get(sid)
-        if stream is None or stream.trailers is not None:
-            return  # a call we already ended: the client's late data means nothing
-        try:
-            stream.decoder.receive_data(ev.data or b"")
-            while (payload := stream.decoder.next_message()) is not None:
-                out.append(CallMessage(sid, payload))
-        except GrpcFramingError as exc:
-            self._fail(sid, exc.status, exc.message, out)
+    # --- the rest
+    def _priority(self, flags: int, sid: int, payload: bytes, out: list[Event]) -> None:
+        if sid == 0:
+            raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "PRIORITY on stream 0")
+        if len(payload) != 5:
+            self._stream_error(sid, ErrorCode.FRAME_SIZE_ERROR, "PRIORITY size", out)
 
-    def _half_closed(self, sid: int, out: list[Event]) -> None:
+    def _rst_stream(self, flags: int, sid: int, payload: bytes, out: list[Event]) -> None:
+        if sid == 0:
+            raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on stream 0")
+        if len(payload) != 4:
+            raise http2.ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "RST_STREAM size")
+        if sid > self._last_stream_id:
+            raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on an idle stream")
+        stream = self._streams.pop(sid, None)
+        self._dirty.discard(sid)
+        if stream is not None:  # also an ended call whose response was still going out
+            code = http2.unpack_u32(payload)
+            out.append(CallReset(sid, f"RST_STREAM {http2.code_name(code)}"))
+
+    def _settings(self, flags: int, sid: int, payload: bytes, out: list[Event]) -> None:
+        if sid != 0:
+            raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream")
+        if flags & Flag.ACK:
+            if payload:
+                raise http2.ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS ACK size")
+            return
+        if len(payload) % 6:
+            raise http2.ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "SETTINGS size")
+        for key, value in http2.unpack_settings(payload):
+            self._setting(key, value)
+        self._out.append(http2.SETTINGS_ACK)
+
+    def _setting(self, key: int, value: int) -> None:
+        if key == Setting.INITIAL_WINDOW_SIZE:
+            if value > http2.MAX_WINDOW:
+                raise http2.ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "initial window")
+            delta = value - self._peer_initial_window
+            self._peer_initial_window = value
+            for stream in self._streams.values():
+                stream.send_window += delta
+                if stream.send_window > http2.MAX_WINDOW:
+                    raise http2.ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "stream window")
+        elif key == Setting.MAX_FRAME_SIZE:
+            if not http2.MIN_MAX_FRAME_SIZE <= value <= http2.MAX_MAX_FRAME_SIZE:
+                raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "max frame size")
+            self._peer_max_frame = value
+        elif key == Setting.ENABLE_PUSH and value > 1:
+            raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "enable push")
+        # HEADER_TABLE_SIZE: our blocks never use the dynamic table; the others concern
+        # what we would send and do not apply to a server's responses.
+
+    def _push_promise(self, flags: int, sid: int, payload: bytes, out: list[Event]) -> None:
+        raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+
+    def _ping(self, flags: int, sid: int, payload: bytes, out: list[Event]) -> None:
+        if sid != 0:
+            raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "PING on a stream")
+        if len(payload) != 8:
+            raise http2.ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "PING size")
+        if not flags & Flag.ACK:
+            self._out.append(http2.ping_ack(payload))
+
+    def _goaway(self, flags: int, sid: int, payload: bytes, out: list[Event]) -> None:
+        if sid != 0:
+            raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "GOAWAY on a stream")
+        if len(payload) < 8:
+            raise http2.ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "GOAWAY size")
+        last, code = http2.unpack_goaway(payload)
+        self.going_away = True
+        out.append(PeerGoingAway(last, code))
+
+    def _window_update(self, flags: int, sid: int, payload: bytes, out: list[Event]) -> None:
+        if len(payload) != 4:
+            raise http2.ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "WINDOW_UPDATE size")
+        increment = http2.unpack_u32(payload) & 0x7FFFFFFF
+        if sid == 0:
+            if increment == 0:
+                raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "zero window update")
+            self._send_window += increment
+            if self._send_window > http2.MAX_WINDOW:
+                raise http2.ConnectionError_(ErrorCode.FLOW_CONTROL_ERROR, "connection window")
+            return
+        if sid > self._last_stream_id:
+            raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE on idle stream")
         stream = self._streams.get(sid)
-        if stream is None or stream.trailers is not None:
+        if stream is None:
+            return
+        if increment == 0:
+            self._stream_error(sid, ErrorCode.PROTOCOL_ERROR, "zero window update", out)
+            return
+        stream.send_window += increment
+        if stream.send_window > http2.MAX_WINDOW:
+            self._stream_error(sid, ErrorCode.FLOW_CONTROL_ERROR, "stream window", out)
+
+    # --- streams ending
+    def _remote_end(self, sid: int, out: list[Event]) -> None:
+        stream = self._streams.get(sid)
+        if stream is None:
+            return
+        stream.remote_closed = True
+        if stream.trailers is not None:
+            if not stream.pending:
+                del self._streams[sid]  # ended by us before; now closed on both sides
             return
         if not stream.decoder.at_boundary:
             self._fail(sid, GrpcStatus.INTERNAL, "request ended in the middle of a message", out)
             return
         out.append(CallHalfClosed(sid))
+
+    def _stream_error(self, sid: int, code: ErrorCode, message: str, out: list[Event]) -> None:
+        """A stream broke HTTP/2: reset it; its call (if still running) is reset too."""
+        self._out.append(http2.rst_stream(sid, code))
+        stream = self._streams.pop(sid, None)
+        self._dirty.discard(sid)
+        if stream is not None and stream.trailers is None:
+            out.append(CallReset(sid, f"{http2.code_name(code)}: {message}"))
 
     def _fail(self, sid: int, status: int, message: str, out: list[Event]) -> None:
         self.end_call(sid, status, message)
@@ -307,16 +546,20 @@ class GrpcConnection:
         (one HEADERS frame) when nothing was sent. Ending an ended call does nothing."""
         stream = self._streams.get(stream_id)
         if stream is None or stream.trailers is not None or self.closed:
-            return  # after our GOAWAY (or a broken connection) h2 sends nothing more
-        trailers = [("grpc-status", str(int(status)))]
-        if message:
-            trailers.append(("grpc-message", percent_encode(message)))
+            return
+        if status == GrpcStatus.OK and not message:
+            block = http2.OK_TRAILERS_BLOCK
+        else:
+            text = (
+                message if len(message) <= _MAX_STATUS_CHARS else message[:_MAX_STATUS_CHARS] + "…"
+            )
+            block = http2.trailers_block(status, percent_encode(text) if text else "")
         if not stream.headers_sent:
             stream.headers_sent = True
-            stream.trailers = []
-            self._finish(stream_id, [*_RESPONSE_HEADERS, *trailers])
+            stream.trailers = block
+            self._finish(stream_id, stream, http2.RESPONSE_HEADERS_BLOCK + block)
             return
-        stream.trailers = trailers
+        stream.trailers = block
         self._pump(stream_id, stream)
 
     def unsent(self, stream_id: int) -> int:
@@ -327,56 +570,77 @@ class GrpcConnection:
     def _start(self, sid: int, stream: _Stream) -> None:
         if not stream.headers_sent:
             stream.headers_sent = True
-            self._h2.send_headers(sid, _RESPONSE_HEADERS)
+            self._out.append(
+                http2.headers_frames(
+                    sid, http2.RESPONSE_HEADERS_BLOCK, self._peer_max_frame, end_stream=False
+                )
+            )
 
     def _pump_all(self) -> None:
         for sid, stream in list(self._streams.items()):
-            if stream.pending or stream.trailers:
+            if stream.pending or (stream.trailers is not None and stream.headers_sent):
                 self._pump(sid, stream)
 
     def _pump(self, sid: int, stream: _Stream) -> None:
-        """Hand h2 what the windows allow; the trailers once nothing is left."""
-        h2conn = self._h2
+        """Frame what the windows allow; the trailers once nothing is left."""
         pending = stream.pending
-        try:
-            while pending:
-                room = min(h2conn.local_flow_control_window(sid), h2conn.max_outbound_frame_size)
-                if room <= 0:
-                    return
-                parts: list[memoryview] = []
-                size = 0
-                while pending and size < room:  # as many queued messages as one frame holds
-                    chunk = pending[0]
-                    take = room - size
-                    if len(chunk) <= take:
-                        pending.popleft()
-                    else:
-                        pending[0] = chunk[take:]
-                        chunk = chunk[:take]
-                    parts.append(chunk)
-                    size += len(chunk)
-                h2conn.send_data(sid, parts[0] if len(parts) == 1 else b"".join(parts))
-                stream.unsent -= size
-        except h2.exceptions.StreamClosedError:
-            self._streams.pop(sid, None)  # reset under us: its events follow
-            return
+        out = self._out
+        while pending:
+            room = min(self._send_window, stream.send_window, self._peer_max_frame)
+            if room <= 0:
+                return
+            parts: list[memoryview] = []
+            size = 0
+            while pending and size < room:  # as many queued messages as one frame holds
+                chunk = pending[0]
+                take = room - size
+                if len(chunk) <= take:
+                    pending.popleft()
+                else:
+                    pending[0] = chunk[take:]
+                    chunk = chunk[:take]
+                parts.append(chunk)
+                size += len(chunk)
+            out.append(http2.frame_header(FrameType.DATA, 0, sid, size))
+            out.extend(bytes(p) for p in parts)
+            self._send_window -= size
+            stream.send_window -= size
+            stream.unsent -= size
         if stream.trailers is not None:
-            self._finish(sid, stream.trailers)
+            self._finish(sid, stream, stream.trailers)
 
-    def _finish(self, sid: int, headers: list[tuple[str, str]]) -> None:
-        # Forgotten first: an ended call's late frames find no stream (see _data).
+    def _finish(self, sid: int, stream: _Stream, block: bytes) -> None:
+        self._out.append(http2.headers_frames(sid, block, self._peer_max_frame, end_stream=True))
+        # Forgotten: a client still sending a request we answered may go on (its late frames
+        # are read and ignored; the connection window is still given back). No RST_STREAM:
+        # clients close their side once they have the trailers.
         self._streams.pop(sid, None)
-        with contextlib.suppress(h2.exceptions.StreamClosedError):  # reset meanwhile
-            self._h2.send_headers(sid, headers, end_stream=True)
 
 
-def _code_name(code: int | None) -> str:
-    """An HTTP/2 error code as ``CANCEL (8)`` (``str()`` of the IntEnum gives just ``8``)."""
-    number = int(code or 0)
-    try:
-        return f"{h2.errors.ErrorCodes(number).name} ({number})"
-    except ValueError:
-        return str(number)
+_Handler = Callable[[GrpcConnection, int, int, bytes, list[Event]], None]
+#: Frame type → handler (an int key: the type byte as read).
+_HANDLERS: Final[dict[int, _Handler]] = {
+    FrameType.DATA: GrpcConnection._data,
+    FrameType.HEADERS: GrpcConnection._headers,
+    FrameType.PRIORITY: GrpcConnection._priority,
+    FrameType.RST_STREAM: GrpcConnection._rst_stream,
+    FrameType.SETTINGS: GrpcConnection._settings,
+    FrameType.PUSH_PROMISE: GrpcConnection._push_promise,
+    FrameType.PING: GrpcConnection._ping,
+    FrameType.GOAWAY: GrpcConnection._goaway,
+    FrameType.WINDOW_UPDATE: GrpcConnection._window_update,
+    FrameType.CONTINUATION: GrpcConnection._continuation,
+}
+
+
+def _unpad(payload: bytes) -> bytes:
+    """A PADDED frame's content (RFC 9113 §6.1)."""
+    if not payload:
+        raise http2.ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, "padded frame without length")
+    pad = payload[0]
+    if pad >= len(payload):
+        raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "padding exceeds the frame")
+    return payload[1 : len(payload) - pad]
 
 
 def _text(value: bytes | str) -> str:

@@ -1,7 +1,6 @@
-"""gRPC over HTTP/2, sans-IO pieces: message framing, ``grpc-timeout``, ``grpc-message`` and
-an inbound HTTP/2 frame splitter that keeps the peer's GOAWAY away from h2.
+"""gRPC over HTTP/2, sans-IO pieces: message framing, ``grpc-timeout`` and ``grpc-message``.
 
-Standard library only: no sockets, no trio, no h2 (the server glues these to h2).
+Standard library only: no sockets, no trio (:mod:`protocol.grpc.connection` uses them).
 
 Message framing (gRPC "Length-Prefixed-Message")::
 
@@ -17,14 +16,6 @@ Errors carry plain gRPC status numbers (see ``protocol.grpc.codes.GrpcStatus``):
     8   RESOURCE_EXHAUSTED   a message longer than the decoder's limit
     12  UNIMPLEMENTED        a compressed message
     13  INTERNAL             a compressed-flag byte other than 0 or 1
-
-Why :class:`FrameSplitter` exists (python-hyper/h2#1181, see the gRPC front-end notes §5.2 a):
-h2 moves its connection state machine to CLOSED when it *receives* a GOAWAY, so any later
-frame on a stream that is still open (the client's DATA, END_STREAM, WINDOW_UPDATE …) raises
-``h2.exceptions.ProtocolError``. Yet RFC 9113 §6.8 lets a GOAWAY's sender finish the streams
-it already opened: a client's GOAWAY only promises that it opens no new streams. The server
-therefore passes its inbound bytes through a splitter that withholds complete GOAWAY frames
-from h2 and reports them to the caller, which then drains (finish the open calls, close).
 """
 
 from __future__ import annotations
@@ -32,17 +23,12 @@ from __future__ import annotations
 import math
 import re
 import struct
-from dataclasses import dataclass
 from typing import Final, NoReturn
 
 from protocol.errors import ProtocolError
 
 __all__ = [
-    "CONNECTION_PREFACE",
-    "DEFAULT_H2_MAX_FRAME_SIZE",
     "DEFAULT_MAX_MESSAGE_SIZE",
-    "FrameSplitter",
-    "GoAway",
     "GrpcFramingError",
     "MessageDecoder",
     "encode_message",
@@ -292,142 +278,3 @@ def percent_decode(text: str) -> str:
         return text
     data = _ENCODED_BYTE.sub(_decode_byte, text.encode("utf-8", "replace"))
     return data.decode("utf-8", "replace")
-
-
-# ---------------------------------------------------------------- HTTP/2 frame splitter
-
-#: The client connection preface (RFC 9113 §3.4) that starts every inbound server stream.
-CONNECTION_PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-_FRAME_HEADER: Final = struct.Struct(">IBI")  # 9 bytes: (length(3) ‖ type(1)), flags, stream id
-_FRAME_HEADER_SIZE: Final = 9
-_GOAWAY: Final = 0x7
-_GOAWAY_FIXED: Final = struct.Struct(">II")  # last stream id, error code
-#: SETTINGS_MAX_FRAME_SIZE's initial value (RFC 9113 §6.5.2), h2's default inbound limit.
-DEFAULT_H2_MAX_FRAME_SIZE: Final = 16_384
-
-
-@dataclass(frozen=True, slots=True)
-class GoAway:
-    """A GOAWAY frame the peer sent, withheld from h2 by :class:`FrameSplitter`.
-
-    Attributes:
-        last_stream_id: the highest stream id the peer may have processed (reserved bit
-            cleared). For a client peer it concerns server-initiated streams, so a server
-            mostly cares that the client will open no new streams.
-        error_code: the HTTP/2 error code (0 NO_ERROR means a graceful shutdown).
-        debug_data: opaque diagnostic bytes (often ASCII text).
-    """
-
-    last_stream_id: int
-    error_code: int
-    debug_data: bytes
-
-
-class FrameSplitter:
-    """Split the inbound byte stream of a server-side HTTP/2 connection, withholding GOAWAY.
-
-    Feed every byte read from the socket to :meth:`receive_data` and hand the bytes it returns
-    to ``h2.connection.H2Connection.receive_data``. The returned bytes are the input with
-    complete GOAWAY frames cut out, in order; splits fall anywhere except inside a GOAWAY:
-
-    * the 24-byte connection preface is passed through untouched (in whatever pieces it
-      arrives; h2 validates it);
-    * an incomplete 9-byte frame header is held back until it is complete;
-    * a frame that is not a GOAWAY is passed through as its bytes arrive;
-    * a GOAWAY frame is held back until complete, then returned as a :class:`GoAway`.
-
-    A GOAWAY that h2 would reject anyway is passed through so h2 raises its own error (and
-    the splitter never buffers an oversize frame): a payload shorter than 8 bytes
-    (FRAME_SIZE_ERROR), a non-zero stream id (PROTOCOL_ERROR) or a length above
-    ``max_frame_size`` (FRAME_SIZE_ERROR).
-
-    The work is O(n) in the bytes fed; at most one frame header or one GOAWAY frame
-    (``max_frame_size`` bytes) is buffered.
-
-    Args:
-        max_frame_size: the largest frame the connection accepts: h2's
-            ``local_settings.max_frame_size``, 16 384 unless the server raised it.
-    """
-
-    __slots__ = ("_goaway", "_goaway_left", "_header", "_pass_left", "_preface_left", "_size")
-
-    def __init__(self, *, max_frame_size: int = DEFAULT_H2_MAX_FRAME_SIZE) -> None:
-        self._size = max_frame_size
-        self._preface_left = len(CONNECTION_PREFACE)
-        self._header = bytearray()  # a frame header still incomplete (< 9 bytes)
-        self._pass_left = 0  # payload bytes of a non-GOAWAY frame still to pass through
-        self._goaway = bytearray()  # a GOAWAY frame (header included) being collected
-        self._goaway_left = 0  # payload bytes of that GOAWAY still to come
-
-    @property
-    def buffered(self) -> int:
-        """Bytes held back: an incomplete frame header or an incomplete GOAWAY frame."""
-        return len(self._header) + len(self._goaway)
-
-    def receive_data(self, data: bytes | bytearray | memoryview) -> tuple[bytes, list[GoAway]]:
-        """Take bytes read from the peer; return the bytes for h2 and the GOAWAYs withheld."""
-        view = memoryview(data).cast("B")
-        n = len(view)
-        out: list[bytes | memoryview] = []
-        goaways: list[GoAway] = []
-        i = 0
-        if self._preface_left:
-            take = min(self._preface_left, n)
-            self._preface_left -= take
-            out.append(view[:take])
-            i = take
-        while i < n:
-            if self._pass_left:
-                take = min(self._pass_left, n - i)
-                out.append(view[i : i + take])
-                self._pass_left -= take
-                i += take
-            elif self._goaway_left:
-                take = min(self._goaway_left, n - i)
-                self._goaway += view[i : i + take]
-                self._goaway_left -= take
-                i += take
-                if not self._goaway_left:
-                    goaways.append(self._finish_goaway())
-            else:
-                i = self._read_header(view, i, out)
-        return b"".join(out), goaways
-
-    def _read_header(self, view: memoryview, i: int, out: list[bytes | memoryview]) -> int:
-        """Read a frame header at ``view[i:]``; return the index after what was consumed."""
-        n = len(view)
-        if self._header or n - i < _FRAME_HEADER_SIZE:
-            take = min(_FRAME_HEADER_SIZE - len(self._header), n - i)
-            self._header += view[i : i + take]
-            i += take
-            if len(self._header) < _FRAME_HEADER_SIZE:
-                return i
-            header = bytes(self._header)
-            self._header.clear()
-        else:
-            header = bytes(view[i : i + _FRAME_HEADER_SIZE])
-            i += _FRAME_HEADER_SIZE
-        word, _flags, stream_id = _FRAME_HEADER.unpack(header)
-        length, ftype = word >> 8, word & 0xFF
-        if (
-            ftype == _GOAWAY
-            and length >= _GOAWAY_FIXED.size
-            and length <= self._size
-            and stream_id & 0x7FFFFFFF == 0
-        ):
-            self._goaway += header
-            self._goaway_left = length  # >= 8: receive_data's loop completes the frame
-        else:
-            out.append(header)
-            self._pass_left = length
-        return i
-
-    def _finish_goaway(self) -> GoAway:
-        frame = bytes(self._goaway)
-        self._goaway.clear()
-        last, code = _GOAWAY_FIXED.unpack_from(frame, _FRAME_HEADER_SIZE)
-        return GoAway(
-            last_stream_id=last & 0x7FFFFFFF,
-            error_code=code,
-            debug_data=frame[_FRAME_HEADER_SIZE + _GOAWAY_FIXED.size :],
-        )

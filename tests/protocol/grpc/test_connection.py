@@ -785,3 +785,138 @@ def test_fuzz_after_preface_only_connection_errors(
                 pair.server.send_message(ev.stream_id, b"ignored")
                 assert pair.server.unsent(ev.stream_id) == unsent
         pair.server.data_to_send()
+
+
+# ---------------------------------------------------------------- the HTTP/2 wire, raw
+class Raw:
+    """A server fed hand-built frames (what an h2 client would never send, or sends only in
+    some configurations), its output parsed back into (type, flags, stream, payload)."""
+
+    def __init__(self, **server_kwargs: Any) -> None:
+        self.server = GrpcConnection(**server_kwargs)
+        self.server.initiate()
+        self.encoder = hpack.Encoder()
+        self.server.data_to_send()
+        assert self.feed(PREFACE + raw_frame(0x4, b"")) == []
+        self.frames()  # our SETTINGS ack
+
+    def feed(self, data: bytes) -> list[Event]:
+        return self.server.receive_data(data)
+
+    def block(self, **overrides: str | None) -> bytes:
+        return bytes(self.encoder.encode(request_headers(**overrides)))
+
+    def frames(self) -> list[tuple[int, int, int, bytes]]:
+        data, out = self.server.data_to_send(), []
+        while data:
+            length = int.from_bytes(data[:3], "big")
+            ftype, flags = data[3], data[4]
+            sid = int.from_bytes(data[5:9], "big") & 0x7FFFFFFF
+            out.append((ftype, flags, sid, data[9 : 9 + length]))
+            data = data[9 + length :]
+        return out
+
+    def goaway_code(self) -> int:
+        [code] = [struct.unpack(">II", p[:8])[1] for t, _, _, p in self.frames() if t == 0x7]
+        return int(code)
+
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def raw_frame(ftype: int, payload: bytes, flags: int = 0, sid: int = 0) -> bytes:
+    return (
+        struct.pack(">I", len(payload))[1:]
+        + bytes([ftype, flags])
+        + struct.pack(">I", sid)
+        + payload
+    )
+
+
+def test_headers_continued_padded_and_prioritised_make_one_call() -> None:
+    raw = Raw()
+    block = raw.block()
+    padded = bytes([3]) + bytes(5) + block[:10] + b"\0\0\0"  # PADDED | PRIORITY, 3 pad bytes
+    events = raw.feed(
+        raw_frame(0x1, padded, flags=0x8 | 0x20, sid=1)
+        + raw_frame(0x9, block[10:20], sid=1)
+        + raw_frame(0x9, block[20:], flags=0x4, sid=1)
+        + raw_frame(0x0, bytes([2]) + frame(b"hi") + b"\0\0", flags=0x8 | 0x1, sid=1)
+    )
+    assert [type(e) for e in events] == [CallStarted, CallMessage, CallHalfClosed]
+    assert started(events).path == PATH
+
+
+@pytest.mark.parametrize(
+    ("wire", "code"),
+    [
+        # A header block interrupted by another frame.
+        (raw_frame(0x1, b"\x82", sid=1) + raw_frame(0x6, bytes(8)), 0x1),
+        # CONTINUATION without HEADERS.
+        (raw_frame(0x9, b"\x82", flags=0x4, sid=1), 0x1),
+        # HPACK that does not decode (an index far past both tables).
+        (raw_frame(0x1, b"\xff\xff\xff\x0f", flags=0x4, sid=1), 0x9),
+        # A client may not push.
+        (raw_frame(0x5, bytes(8), flags=0x4, sid=1), 0x1),
+        # Larger than our advertised SETTINGS_MAX_FRAME_SIZE (1 MiB).
+        (struct.pack(">I", (1 << 20) + 1)[1:] + b"\x00\x00\x00\x00\x00\x01", 0x6),
+        # An initial window past 2^31 - 1.
+        (raw_frame(0x4, struct.pack(">HI", 0x4, 1 << 31)), 0x3),
+        # A zero increment for the connection.
+        (raw_frame(0x8, struct.pack(">I", 0)), 0x1),
+        # PING of the wrong size.
+        (raw_frame(0x6, bytes(7)), 0x6),
+        # DATA on a stream the client never opened.
+        (raw_frame(0x0, b"x", sid=5), 0x1),
+        # Padding longer than the frame.
+        (raw_frame(0x0, bytes([9]) + b"x", flags=0x8, sid=1), 0x1),
+    ],
+)
+def test_connection_errors_carry_their_http2_code(wire: bytes, code: int) -> None:
+    raw = Raw()
+    with pytest.raises(GrpcConnectionError):
+        raw.feed(wire)
+    assert raw.goaway_code() == code
+    assert raw.server.closed and raw.feed(b"anything") == []
+
+
+def test_continuation_flood_is_enhance_your_calm() -> None:
+    raw = Raw()
+    raw.feed(raw_frame(0x1, b"\x82", sid=1))
+    flood = raw_frame(0x9, b"\x40" * 16_384, sid=1) * 17  # 17 × 16 KiB: past the 256 KiB cap
+    with pytest.raises(GrpcConnectionError):
+        raw.feed(flood)
+    assert raw.goaway_code() == 0xB
+
+
+def test_stream_errors_reset_only_their_stream() -> None:
+    raw = Raw()
+    raw.feed(raw_frame(0x1, raw.block(), flags=0x4, sid=1))
+    events = raw.feed(raw_frame(0x8, struct.pack(">I", 0), sid=1))  # zero increment
+    assert [type(e) for e in events] == [CallReset]
+    assert [(t, s, p) for t, _, s, p in raw.frames()] == [(0x3, 1, struct.pack(">I", 1))]
+    # The connection goes on.
+    events = raw.feed(raw_frame(0x1, raw.block(), flags=0x4 | 0x1, sid=3))
+    assert [type(e) for e in events] == [CallStarted, CallHalfClosed]
+
+
+def test_streams_over_the_limit_are_refused() -> None:
+    raw = Raw(max_concurrent_streams=1)
+    events = raw.feed(
+        raw_frame(0x1, raw.block(), flags=0x4, sid=1)
+        + raw_frame(0x1, raw.block(), flags=0x4, sid=3)
+    )
+    assert [type(e) for e in events] == [CallStarted]
+    assert [(t, s, p) for t, _, s, p in raw.frames()] == [(0x3, 3, struct.pack(">I", 7))]
+
+
+def test_long_status_message_is_cut_to_what_clients_accept() -> None:
+    pair = Pair()
+    sid = pair.request(b"x")
+    pair.to_server()
+    message = "é" * 20_000  # percent-encoded: 120 000 bytes, past any client's metadata limit
+    pair.server.end_call(sid, GrpcStatus.INTERNAL, message)
+    pair.to_client()
+    status, text = pair.seen[sid].status
+    assert status == GrpcStatus.INTERNAL
+    assert text.startswith("é" * 500) and len(text) < 1000
