@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import NamedTuple, TypeVar
+from typing import Final, NamedTuple, TypeVar
 
 from protocol.errors import EncodeError, ReceiptError
 from protocol.naming import RETRY_PREFIX, is_pop_retry_topic_v2, pop_retry_topic
@@ -113,7 +113,15 @@ def _parse_queue_key(flag: str, queue_id: str, what: str) -> QueueKey:
     )
 
 
+#: Java int and long ranges, by bit count: ``(low, high)``, high exclusive.
+_RANGES: Final = {32: (-(2**31), 2**31), 64: (-(2**63), 2**63)}
+
+
 def _check_num(value: int, what: str, *, bits: int = 64) -> int:
+    low, high = _RANGES[bits]
+    # The common case first: a plain int in range (every receipt a pop encodes).
+    if type(value) is int and low <= value < high:
+        return value
     # bool is an int subclass, but True in a receipt is a caller bug, not 1.
     if isinstance(value, bool) or not isinstance(value, int):
         raise EncodeError(f"{what} must be an int, got {_show(value)}")

@@ -194,16 +194,18 @@ def to_message(
     for name, value in props.items():
         if name not in SYSTEM_PROPERTY_NAMES:
             out.user_properties[name] = value
-    body = _inflated(msg)
-    out.body = msg.body if body is None else body
+    inflated = _inflated(msg)
+    body = msg.body if inflated is None else inflated
+    out.body = body
     system = out.system_properties
     if TAGS in props:
         system.tag = props[TAGS]
     system.keys.extend(split_keys(props.get(KEYS)))
     system.message_id = msg.msg_id
     system.body_digest.type = schema.DigestType.MD5
-    system.body_digest.checksum = hashlib.md5(out.body, usedforsecurity=False).hexdigest().upper()
-    compressed = body is None and msg.sys_flag & COMPRESSED_FLAG
+    # The local ``body``: reading ``out.body`` back would copy it out of the message again.
+    system.body_digest.checksum = hashlib.md5(body, usedforsecurity=False).hexdigest().upper()
+    compressed = inflated is None and msg.sys_flag & COMPRESSED_FLAG
     system.body_encoding = schema.Encoding.GZIP if compressed else schema.Encoding.IDENTITY
     system.message_type = message_type_of(props)
     set_timestamp(system.born_timestamp, msg.born_timestamp)
