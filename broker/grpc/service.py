@@ -119,7 +119,13 @@ class MessagingService:
         self._handlers[_PATH + "Telemetry"] = self.telemetry
         waiting = ["ReceiveMessage", "Telemetry"]
         if broker.config.flush == "sync":
-            waiting += ["SendMessage", "ForwardMessageToDeadLetterQueue"]
+            # Each stores a record (a message, a transaction's decision, a recall marker).
+            waiting += [
+                "SendMessage",
+                "ForwardMessageToDeadLetterQueue",
+                "EndTransaction",
+                "RecallMessage",
+            ]
         self._waiting = frozenset(_PATH + name for name in waiting)
 
     def handler(self, path: str) -> Handler | None:
@@ -131,8 +137,8 @@ class MessagingService:
         """Nothing to forget: clients leave when their Telemetry stream ends."""
 
     def may_wait(self, path: str) -> bool:
-        """Receives park and Telemetry streams; in SYNC flush mode a send (and a dead-letter
-        forward, a send too) waits for its fsync. Everything else is quick."""
+        """Receives park and Telemetry streams; in SYNC flush mode the calls that store a
+        record wait for its fsync. Everything else is quick."""
         return path in self._waiting
 
     # ------------------------------------------------------------------ routes
