@@ -13,6 +13,10 @@ others; a failure is logged and retried at that loop's next round. Name servers 
 to each other: the broker is what keeps them consistent, within one register interval once
 they are reachable again.
 
+A broker with a gRPC front end also puts its gRPC endpoint into each name server's KV config
+(namespace :data:`GRPC_ENDPOINTS`, key: its Remoting address) after every registration, so any
+broker can answer a gRPC route with the other brokers' endpoints (:class:`NamesrvRoutes`).
+
 On a graceful stop (:meth:`Registrar.stop`) the loops finish the registrations under way
 (briefly; a silent name server's is cancelled), then the broker unregisters from every name
 server (concurrently, bounded), so it leaves the routes at once instead of after the name
@@ -24,17 +28,29 @@ from __future__ import annotations
 import trio
 
 from broker.config import BrokerConfig
+from broker.grpc.cluster import PeerQueues
 from broker.logs import get_logger
 from broker.topics import TopicManager
+from protocol.bodies.admin import KVTable
 from protocol.bodies.broker import RegisterBrokerBody, TopicConfigSerializeWrapper
 from protocol.bodies.namesrv import body_crc32, encode_register_body
+from protocol.bodies.route import TopicRouteData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
 from protocol.connection import NEED_DATA, Closed, Malformed, RemotingConnection, Response, Role
 from protocol.errors import ProtocolError
-from protocol.headers.route import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
+from protocol.headers.route import (
+    DeleteKVConfigRequestHeader,
+    GetKVListByNamespaceRequestHeader,
+    PutKVConfigRequestHeader,
+    RegisterBrokerRequestHeader,
+    UnRegisterBrokerRequestHeader,
+)
 
 _log = get_logger("registration")
+#: The name servers' KV namespace of the brokers' gRPC endpoints: Remoting address →
+#: ``host:port`` of its gRPC front end.
+GRPC_ENDPOINTS = "TRIMQ_GRPC_ENDPOINTS"
 #: Bound on each phase of a graceful stop (finishing registrations; unregistering).
 STOP_GRACE_S = 1.5
 #: Largest reply accepted from a name server (a KV table at most).
@@ -93,10 +109,19 @@ def _reply_in(protocol: RemotingConnection) -> RemotingCommand | None:
 class Registrar:
     """Keeps this broker registered with every name server (see the module docstring)."""
 
-    def __init__(self, config: BrokerConfig, topics: TopicManager, address: str) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        topics: TopicManager,
+        address: str,
+        *,
+        grpc_endpoint: str | None = None,
+    ) -> None:
         self.config = config
         self.topics = topics
         self.address = address
+        #: ``host:port`` of this broker's gRPC front end, None when it has none.
+        self.grpc_endpoint = grpc_endpoint
         self.namesrv_addrs = config.namesrv_addrs()
         #: Name servers whose last registration failed (for logging state changes only).
         self.failing: set[str] = set()
@@ -183,6 +208,13 @@ class Registrar:
     async def _register_one(self, addr: str, cmd: RemotingCommand) -> None:
         if await self._ask(addr, cmd, "register", self.config.register_timeout_s) is None:
             return
+        if self.grpc_endpoint is not None:
+            header = PutKVConfigRequestHeader(
+                namespace=GRPC_ENDPOINTS, key=self.address, value=self.grpc_endpoint
+            )
+            put = request(RequestCode.PUT_KV_CONFIG, 0, header.to_ext())
+            if await self._ask(addr, put, "gRPC endpoint", self.config.register_timeout_s) is None:
+                return
         if addr in self.failing or self.registered[addr] == 0:
             _log.info("registered with namesrv", namesrv=addr, broker=self.config.broker_name,
                       topics=len(self.topics.all()))  # fmt: skip
@@ -200,8 +232,89 @@ class Registrar:
         timeout = min(self.config.register_timeout_s, STOP_GRACE_S)
         if await self._ask(addr, cmd, "unregister", timeout) is not None:
             _log.info("unregistered from namesrv", namesrv=addr, broker=self.config.broker_name)
+        if self.grpc_endpoint is not None:
+            forget = DeleteKVConfigRequestHeader(namespace=GRPC_ENDPOINTS, key=self.address)
+            delete = request(RequestCode.DELETE_KV_CONFIG, 0, forget.to_ext())
+            await self._ask(addr, delete, "forget gRPC endpoint", timeout)
 
     def _failed(self, addr: str, what: str, error: str) -> None:
         self.failing.add(addr)
         _log.warning(f"{what} with namesrv failed", namesrv=addr, error=error,
                      retry_in_s=self.config.register_interval_s)  # fmt: skip
+
+
+class NamesrvRoutes:
+    """A :class:`~broker.grpc.cluster.ClusterRoutes` over the name servers: a topic's route
+    (GET_ROUTEINFO_BY_TOPIC) joined with the brokers' gRPC endpoints (their KV namespace
+    :data:`GRPC_ENDPOINTS`), asked of the name servers in order and kept ``ttl_s`` seconds (the
+    clients themselves refresh routes every 30 s). A broker that registered no gRPC endpoint
+    is left out; so is one without a master address."""
+
+    def __init__(self, namesrv_addrs: list[str], *, timeout_s: float, ttl_s: float = 5.0) -> None:
+        self.namesrv_addrs = namesrv_addrs
+        self.timeout_s = timeout_s
+        self.ttl_s = ttl_s
+        self._routes: dict[str, tuple[float, list[PeerQueues] | None]] = {}
+
+    async def __call__(self, topic: str) -> list[PeerQueues] | None:
+        now = trio.current_time()
+        cached = self._routes.get(topic)
+        if cached is not None and now - cached[0] < self.ttl_s:
+            return cached[1]
+        found = await self._lookup(topic)
+        if len(self._routes) >= _MAX_CACHED_ROUTES:
+            self._routes.clear()
+        self._routes[topic] = (now, found)
+        return found
+
+    async def _lookup(self, topic: str) -> list[PeerQueues] | None:
+        route_cmd = request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 0, {"topic": topic})
+        kv = GetKVListByNamespaceRequestHeader(namespace=GRPC_ENDPOINTS)
+        kv_cmd = request(RequestCode.GET_KVLIST_BY_NAMESPACE, 0, kv.to_ext())
+        for addr in self.namesrv_addrs:
+            with trio.move_on_after(self.timeout_s):
+                try:
+                    route_reply = await call_namesrv(addr, route_cmd)
+                    if route_reply.code == ResponseCode.TOPIC_NOT_EXIST:
+                        return None
+                    kv_reply = await call_namesrv(addr, kv_cmd)
+                except NamesrvCallError as exc:
+                    _log.info("route lookup failed", namesrv=addr, topic=topic, error=str(exc))
+                    continue
+                if route_reply.code != ResponseCode.SUCCESS:
+                    continue
+                try:
+                    route = TopicRouteData.from_json(route_reply.body)
+                    endpoints = (
+                        dict(KVTable.from_json(kv_reply.body).table)
+                        if kv_reply.code == ResponseCode.SUCCESS
+                        else {}
+                    )
+                except ProtocolError as exc:
+                    _log.warning("bad route from namesrv", namesrv=addr, error=str(exc))
+                    continue
+                return _peer_queues(route, endpoints)
+        return None
+
+
+#: Topics whose cluster route is kept at most (then the cache starts over).
+_MAX_CACHED_ROUTES = 10_000
+
+
+def _peer_queues(route: TopicRouteData, endpoints: dict[str, str]) -> list[PeerQueues]:
+    masters = {b.broker_name: b.master_addr for b in route.broker_datas}
+    out: list[PeerQueues] = []
+    for queues in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        master = masters.get(queues.broker_name)
+        endpoint = endpoints.get(master) if master else None
+        if endpoint is None:
+            continue
+        host, _, port = endpoint.rpartition(":")
+        if not port.isdigit():
+            continue
+        peer = PeerQueues(
+            queues.broker_name, host, int(port), queues.perm,
+            queues.read_queue_nums, queues.write_queue_nums,
+        )  # fmt: skip
+        out.append(peer)
+    return out
