@@ -24,7 +24,7 @@ from broker.grpc.service import GrpcEndpoint, build_service
 from broker.grpc.tls import server_context
 from broker.logs import get_logger
 from broker.prometheus import open_prometheus
-from broker.registration import Registrar
+from broker.registration import NamesrvRoutes, Registrar
 from broker.remoting.context import BrokerContext
 from broker.remoting.processors import broker_dispatcher
 from broker.remoting.server import (
@@ -111,7 +111,12 @@ async def serve_broker(
                 if grpc_port is not None:
                     grpc_state = GrpcServerState()
                     host = broker.address.rpartition(":")[0]
-                    service = build_service(broker, GrpcEndpoint(host, grpc_port))
+                    cluster = (
+                        NamesrvRoutes(config.namesrv_addrs(), timeout_s=config.register_timeout_s)
+                        if config.namesrv_addr
+                        else None
+                    )
+                    service = build_service(broker, GrpcEndpoint(host, grpc_port), cluster)
                     tls = server_context(config.tls_cert, config.tls_key, now=_utc(clock))
                     await front.start(
                         partial(serve_grpc, ssl_context=tls),
@@ -122,7 +127,14 @@ async def serve_broker(
                     )
                 registrar = None
                 if config.namesrv_addr:
-                    registrar = Registrar(config, broker.topics, broker.address)
+                    grpc_endpoint = (
+                        None
+                        if grpc_port is None
+                        else f"{broker.address.rpartition(':')[0]}:{grpc_port}"
+                    )
+                    registrar = Registrar(
+                        config, broker.topics, broker.address, grpc_endpoint=grpc_endpoint
+                    )
                     broker.topics.subscribe(registrar.poke)
                     front.start_soon(registrar.run)
                 _log.info("broker started", address=broker.address, port=port,

@@ -28,6 +28,7 @@ from broker.core.pop import PopBatch, Popped
 from broker.core.send import Scheduled, SendRequest, born_host_of
 from broker.core.transactions import EndRequest, Resolution
 from broker.grpc.clients import GrpcClients
+from broker.grpc.cluster import ClusterRoutes, PeerQueues
 from broker.grpc.server import Call, GrpcError, Handler
 from broker.grpc.status import code_of_error, code_of_put, status
 from broker.logs import get_logger
@@ -96,10 +97,18 @@ class GrpcEndpoint:
 class MessagingService:
     """The v2 RPCs over one broker (the :class:`~broker.grpc.server.Service` it serves)."""
 
-    def __init__(self, broker: Broker, endpoint: GrpcEndpoint, clients: GrpcClients) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        endpoint: GrpcEndpoint,
+        clients: GrpcClients,
+        cluster: ClusterRoutes | None = None,
+    ) -> None:
         self.broker = broker
         self.endpoint = endpoint
         self.clients = clients
+        #: The cluster's routes (name servers), None for a standalone broker.
+        self.cluster = cluster
         unary: dict[str, Callable[[Call, Any], Awaitable[Any]]] = {
             "QueryRoute": self.query_route,
             "Heartbeat": self.heartbeat,
@@ -118,6 +127,8 @@ class MessagingService:
         self._handlers[_PATH + "ReceiveMessage"] = self.receive_message
         self._handlers[_PATH + "Telemetry"] = self.telemetry
         waiting = ["ReceiveMessage", "Telemetry"]
+        if cluster is not None:  # a route may be asked of the name servers
+            waiting += ["QueryRoute", "QueryAssignment"]
         if broker.config.flush == "sync":
             # Each stores a record (a message, a transaction's decision, a recall marker).
             waiting += [
@@ -143,49 +154,71 @@ class MessagingService:
 
     # ------------------------------------------------------------------ routes
     async def query_route(self, call: Call, req: Any) -> Any:
-        """This broker's queues of the topic, at this broker's gRPC endpoint."""
+        """The topic's queues on every broker of the cluster that has them, each at its
+        broker's gRPC endpoint (a standalone broker: its own)."""
         out = schema.QueryRouteResponse()
         topic = req.topic.name
-        view = self.broker.routes.route(topic)
-        if view is None:
+        peers = await self._peers(topic)
+        if not peers:
             out.status.CopyFrom(status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
             return out
-        perm = _permission(view.perm)
-        for queue_id in range(max(view.read_queue_nums, view.write_queue_nums)):
-            self._fill_queue(out.message_queues.add(), view.broker_name, topic, queue_id, perm)
+        for peer in peers:
+            perm = _permission(peer.perm)
+            for queue_id in range(max(peer.read_queue_nums, peer.write_queue_nums)):
+                self._fill_queue(out.message_queues.add(), peer, topic, queue_id, perm)
         out.status.CopyFrom(status(Code.OK))
         return out
 
+    async def _peers(self, topic: str) -> list[PeerQueues]:
+        """Who holds ``topic``'s queues: the cluster's route when it knows the topic, else
+        this broker's own (also a topic it will create on first send)."""
+        if self.cluster is not None:
+            found = await self.cluster(topic)
+            if found:
+                return found
+        view = self.broker.routes.route(topic)
+        if view is None:
+            return []
+        me = self.endpoint
+        own = PeerQueues(
+            view.broker_name, me.host, me.port, view.perm,
+            view.read_queue_nums, view.write_queue_nums,
+        )  # fmt: skip
+        return [own]
+
     def _fill_queue(
-        self, queue: Any, broker_name: str, topic: str, queue_id: int, perm: int
+        self, queue: Any, peer: PeerQueues, topic: str, queue_id: int, perm: int
     ) -> None:
         queue.topic.name = topic
         queue.id = queue_id
         queue.permission = perm
-        queue.broker.name = broker_name
+        queue.broker.name = peer.broker_name
         queue.broker.id = 0
         endpoints = queue.broker.endpoints
         endpoints.scheme = schema.AddressScheme.IPv4
         address = endpoints.addresses.add()
-        address.host, address.port = self.endpoint.host, self.endpoint.port
+        address.host, address.port = peer.host, peer.port
         queue.accept_message_types.extend(_ACCEPTED_TYPES)
 
     async def query_assignment(self, call: Call, req: Any) -> Any:
-        """One queue with id -1 (pop from any queue of this broker) for a normal group; one
-        per readable queue for a FIFO group (the proxy's answer)."""
+        """Per broker holding readable queues of the topic: one queue with id -1 (pop from
+        any of its queues) for a normal group, one per readable queue for a FIFO group (the
+        proxy's answer)."""
         out = schema.QueryAssignmentResponse()
         topic, group = req.topic.name, req.group.name
-        view = self.broker.routes.route(topic)
-        if view is None:
+        peers = await self._peers(topic)
+        if not peers:
             out.status.CopyFrom(status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
             return out
-        if view.read_queue_nums == 0 or not is_readable(view.perm):
+        readable = [p for p in peers if p.read_queue_nums > 0 and is_readable(p.perm)]
+        if not readable:
             out.status.CopyFrom(status(Code.FORBIDDEN, "no readable queue"))
             return out
-        ids = range(view.read_queue_nums) if self.clients.fifo(group) else (-1,)
-        for queue_id in ids:
-            queue = out.assignments.add().message_queue
-            self._fill_queue(queue, view.broker_name, topic, queue_id, _permission(view.perm))
+        fifo = self.clients.fifo(group)
+        for peer in readable:
+            for queue_id in range(peer.read_queue_nums) if fifo else (-1,):
+                queue = out.assignments.add().message_queue
+                self._fill_queue(queue, peer, topic, queue_id, _permission(peer.perm))
         out.status.CopyFrom(status(Code.OK))
         return out
 
@@ -632,12 +665,15 @@ def _born_ms(system: Any, now_ms: int) -> int:
     return now_ms
 
 
-def build_service(broker: Broker, endpoint: GrpcEndpoint) -> MessagingService:
-    """The gRPC front end over ``broker``, reached at ``endpoint``."""
+def build_service(
+    broker: Broker, endpoint: GrpcEndpoint, cluster: ClusterRoutes | None = None
+) -> MessagingService:
+    """The gRPC front end over ``broker``, reached at ``endpoint``; ``cluster``: the routes of
+    the cluster it belongs to (None: standalone)."""
     clients = GrpcClients(
         broker.clients,
         broker.groups,
         broker.pops.release,
         max_message_size=broker.config.max_message_size,
     )
-    return MessagingService(broker, endpoint, clients)
+    return MessagingService(broker, endpoint, clients, cluster)
