@@ -33,6 +33,24 @@ Scenarios:
     to the DLQ) and for a concurrent one (whose failed message is redelivered).
 ``cycles --kind producer|simple|push --count N``
     N start/shutdown cycles of one client kind (a producer sends one message per cycle).
+``transact --plan FILE``
+    one Producer with a TransactionChecker sends each message of the plan (``produce``'s
+    fields, plus ``"local"``: ``commit`` (the default), ``rollback``, ``open`` or ``crash``,
+    and ``"check"``: the checker's answer for the message's keys, ``commit``, ``rollback``
+    or ``unknown`` (the default), or a list of answers to its successive checks, the last
+    repeated) in a transaction of its own: ``sent`` (``message_id``, ``transaction_id``,
+    ``offset``, ``at``: the wall clock when the send began), then ``ended`` (the
+    EndTransaction status) for ``commit``/``rollback``; ``open`` leaves the transaction to
+    the broker's check-back; ``crash`` prints ``crashing`` and exits at once
+    (``os._exit(0)``: no shutdown, no ``client_log``, no ``done``), as a producer dying
+    between its half message and its decision. The checker answers every check-back the
+    broker sends: ``checked`` (``key``, ``answer``, ``at`` and every field of the message
+    it was asked about). Runs until its standard input reaches end of file (checks may
+    arrive meanwhile), then shuts down.
+``checker --plan FILE``
+    a Producer of the plan's topics that sends nothing: only its checker answers (as in
+    ``transact``) until standard input reaches end of file; the producer that takes over
+    from one that crashed.
 
 Every scenario ends with ``client_log`` (the ERROR lines of the client's own log file, and
 whether it has any traceback) and ``done``.
@@ -61,6 +79,8 @@ from rocketmq import (
     Producer,
     PushConsumer,
     SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
 )
 from rocketmq.grpc_protocol import Code
 
@@ -139,21 +159,7 @@ def produce(args: argparse.Namespace) -> None:
     emit("started", seconds=time.monotonic() - started)
     try:
         for index, item in enumerate(plan):
-            msg = Message()
-            msg.topic = item["topic"]
-            msg.body = item["body"].encode()
-            if item.get("tag"):
-                msg.tag = item["tag"]
-            if item.get("keys"):
-                add_keys(msg, item["keys"])
-            for name, value in item.get("properties", {}).items():
-                msg.add_property(name, value)
-            if item.get("deliver_at_s"):
-                # 5.1.2 puts this value into Timestamp.seconds as it is (its docstring says
-                # milliseconds): give it seconds.
-                msg.delivery_timestamp = int(item["deliver_at_s"])
-            if item.get("group"):
-                msg.message_group = item["group"]
+            msg = message_of(item)
             if item.get("refused"):
                 try:
                     producer.send(msg)
@@ -166,6 +172,26 @@ def produce(args: argparse.Namespace) -> None:
                  queue=receipt.message_queue.message_queue0().id)  # fmt: skip
     finally:
         producer.shutdown()
+
+
+def message_of(item: dict[str, Any]) -> Message:
+    """The message a plan entry describes."""
+    msg = Message()
+    msg.topic = item["topic"]
+    msg.body = item["body"].encode()
+    if item.get("tag"):
+        msg.tag = item["tag"]
+    if item.get("keys"):
+        add_keys(msg, item["keys"])
+    for name, value in item.get("properties", {}).items():
+        msg.add_property(name, value)
+    if item.get("deliver_at_s"):
+        # 5.1.2 puts this value into Timestamp.seconds as it is (its docstring says
+        # milliseconds): give it seconds.
+        msg.delivery_timestamp = int(item["deliver_at_s"])
+    if item.get("group"):
+        msg.message_group = item["group"]
+    return msg
 
 
 def add_keys(msg: Any, keys: list[str]) -> None:
@@ -350,6 +376,90 @@ def cycles(args: argparse.Namespace) -> None:
         emit("cycle", index=i, startup=t1 - t0, shutdown=time.monotonic() - t2)
 
 
+#: A checker's answers by name (``unknown``: the client sends EndTransaction with the
+#: resolution unspecified, which leaves the half message to a later check).
+ANSWERS: dict[str, Any] = {
+    "commit": TransactionResolution.COMMIT,
+    "rollback": TransactionResolution.ROLLBACK,
+    "unknown": TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED,
+}
+
+
+class PlannedChecker(TransactionChecker):  # type: ignore[misc]
+    """Answers a check-back as the plan says for the message's keys (its first planned key
+    in sorted order; ``unknown`` when none is planned): ``check`` is one answer, or a list of
+    answers for the first, second, ... check of the message (the last one repeats). Runs on
+    the client's check thread."""
+
+    def __init__(self, plan: list[dict[str, Any]]) -> None:
+        self._answers: dict[str, list[str]] = {}
+        for item in plan:
+            check = item.get("check", "unknown")
+            for key in item.get("keys", []):
+                self._answers[key] = [check] if isinstance(check, str) else list(check)
+        self._asked: dict[str, int] = {}
+
+    def check(self, message: Any) -> Any:
+        keys = sorted(message.keys)
+        planned = [k for k in keys if k in self._answers]
+        key = planned[0] if planned else (keys[0] if keys else "")
+        answers = self._answers.get(key, ["unknown"])
+        asked = self._asked.get(key, 0)
+        self._asked[key] = asked + 1
+        answer = answers[min(asked, len(answers) - 1)]
+        emit("checked", key=key, answer=answer, at=time.time(), **describe(message))
+        return ANSWERS[answer]
+
+
+def transactional_producer(args: argparse.Namespace) -> tuple[Producer, list[dict[str, Any]]]:
+    """A started Producer of the plan's topics (listed at construction: its settings name
+    them, so the broker sends it their check-backs) with a :class:`PlannedChecker`."""
+    plan = json.loads(Path(args.plan).read_text(encoding="utf-8"))
+    topics = sorted({item["topic"] for item in plan})
+    producer = Producer(config(args.endpoint), tuple(topics), checker=PlannedChecker(plan),
+                        tls_enable=TLS)  # fmt: skip
+    started = time.monotonic()
+    producer.startup()
+    emit("started", seconds=time.monotonic() - started)
+    return producer, plan
+
+
+def transact(args: argparse.Namespace) -> None:
+    producer, plan = transactional_producer(args)
+    try:
+        for index, item in enumerate(plan):
+            transaction = producer.begin_transaction()
+            sending_at = time.time()
+            receipt = producer.send(message_of(item), transaction)
+            emit("sent", index=index, message_id=receipt.message_id, at=sending_at,
+                 transaction_id=receipt.transaction_id, offset=receipt.offset)  # fmt: skip
+            local = item.get("local", "commit")
+            if local == "crash":
+                emit("crashing", index=index)
+                os._exit(0)  # no shutdown: the broker sees the connection drop
+            if local in ("commit", "rollback"):
+                reply = transaction.commit() if local == "commit" else transaction.rollback()
+                emit("ended", index=index, resolution=local, code=reply.status.code,
+                     text=reply.status.message)  # fmt: skip
+            elif local != "open":
+                raise ScenarioError(f"message {index}: unknown local outcome {local!r}")
+        emit("waiting")
+        sys.stdin.read()  # until the test closes our standard input
+    finally:
+        emit("stopping")
+        producer.shutdown()
+
+
+def checker(args: argparse.Namespace) -> None:
+    producer, _ = transactional_producer(args)
+    try:
+        emit("waiting")
+        sys.stdin.read()
+    finally:
+        emit("stopping")
+        producer.shutdown()
+
+
 SCENARIOS: dict[str, Callable[[argparse.Namespace], None]] = {
     "produce": produce,
     "receive": receive,
@@ -357,6 +467,8 @@ SCENARIOS: dict[str, Callable[[argparse.Namespace], None]] = {
     "longpoll": longpoll,
     "push": push,
     "cycles": cycles,
+    "transact": transact,
+    "checker": checker,
 }
 
 
@@ -375,7 +487,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("scenario", choices=sorted(SCENARIOS))
     parser.add_argument("--endpoint", required=True, help="HOST:PORT of the gRPC port")
-    parser.add_argument("--plan", help="produce: the JSON message plan")
+    parser.add_argument("--plan", help="produce, transact, checker: the JSON plan")
     parser.add_argument("--topic")
     parser.add_argument("--group")
     parser.add_argument("--expression", default="*")

@@ -23,6 +23,13 @@ Every wait is bounded; a new consumer group reads a young queue from its start (
    retried locally (the group's ``retryMaxTimes`` + 1 calls) while its group waits, then
    forwarded to ``%DLQ%group`` and acked; other groups go on meanwhile.
 6. Start/shutdown cycles of every client kind leave nothing behind.
+7. Transactions (the official producer's ``begin_transaction`` / ``TransactionChecker``): a
+   committed half is consumed exactly once, intact, by the official consumer and over
+   Remoting, a rolled-back one never; open transactions are checked back on the producer's
+   Telemetry stream (``recover_orphaned_transaction_command``) and the checker's COMMIT
+   publishes, ROLLBACK drops and an unknown answer leaves the half to the next check; after
+   the producer crashed between its half and its decision, a new producer of the topic is
+   asked and its answers hold.
 """
 
 from __future__ import annotations
@@ -40,14 +47,20 @@ import trio
 import trustme
 
 from broker.core.send import SendRequest
+from broker.core.transactions import TransactionStatistics
 from broker.schedule import SCHEDULE_TOPIC, TIMER_SRC
 from client.message import Message, ReceivedMessage
 from client.producer import Producer
 from client.simple_consumer import SimpleConsumer
 from protocol.grpc.convert import SHARDING_KEY, SYSTEM_PROPERTY_NAMES
-from protocol.message import MessageExt, decode_record
+from protocol.message import (
+    SYSFLAG_TRANSACTION_COMMIT,
+    SYSFLAG_TRANSACTION_MASK,
+    MessageExt,
+    decode_record,
+)
 from protocol.naming import dlq_topic
-from protocol.properties import KEYS, TAGS, UNIQ_KEY
+from protocol.properties import KEYS, REAL_TOPIC, TAGS, TRAN_MSG, UNIQ_KEY
 from scripts.interop_setup import ClientEnv
 from tests.interop.grpc_broker import (
     MESSAGE_ID,
@@ -119,13 +132,20 @@ class PyGrpc:
         return run, command, {**real_clock_environ(), "HOME": str(home), **self.extra_env}
 
     async def run(
-        self, label: str, scenario: str, *args: str, allow: tuple[re.Pattern[str], ...] = ()
+        self,
+        label: str,
+        scenario: str,
+        *args: str,
+        allow: tuple[re.Pattern[str], ...] = (),
+        clean: bool = True,
     ) -> DriverRun:
         """Run a scenario to its end (bounded) and check it ended cleanly (``allow``: the
-        client's ERROR lines the scenario expects)."""
+        client's ERROR lines the scenario expects; ``clean=False``: the caller checks how it
+        ended, e.g. a crash)."""
         run, command, env = self._prepare(label, scenario, args)
         await run_to_end(command, env, run, RUN_TIMEOUT)
-        check_clean(run, allow)
+        if clean:
+            check_clean(run, allow)
         return run
 
     async def start(
@@ -137,12 +157,16 @@ class PyGrpc:
         await nursery.start(live.serve, command, env)
         return live
 
-    async def produce(self, label: str, plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Send ``plan`` with the official producer; its ``sent`` events in order."""
+    def plan_file(self, label: str, plan: list[dict[str, Any]]) -> str:
+        """Write a driver's plan; its path."""
         path = self.tmp / f"{label}.json"
         path.write_text(json.dumps(plan))
+        return str(path)
+
+    async def produce(self, label: str, plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Send ``plan`` with the official producer; its ``sent`` events in order."""
         allow = SEND_REFUSED if any(item.get("refused") for item in plan) else ()
-        run = await self.run(label, "produce", "--plan", str(path), allow=allow)
+        run = await self.run(label, "produce", "--plan", self.plan_file(label, plan), allow=allow)
         sent = sorted(run.of("sent") + run.of("refused"), key=lambda e: e["index"])
         assert [e["index"] for e in sent] == list(range(len(plan))), run.report()
         return sent
@@ -728,3 +752,247 @@ async def test_tls_with_a_verified_certificate_and_plaintext_on_the_same_port(
             assert sorted(e["body"] for e in run.of("received")) == ["over tls", "plain"]
             grpc = broker.handle.statistics().grpc
             assert grpc is not None and grpc.tls >= 2  # the producer's and the consumer's
+
+
+# ------------------------------------------------------------------ 7. transactions
+TX_TOPIC = "GrpcTransactions"
+#: Fast check-backs: the first 1 s after the half is stored, then every second.
+FAST_CHECKS: Mapping[str, Any] = {"transaction_immunity_s": 1, "transaction_check_interval_s": 1}
+#: What the official producer logs when a check-back comes before its ``startup()`` is
+#: over: its Telemetry stream (so its registration) starts with its routes, but it counts as
+#: running only once its schedulers started; the check is dropped (the broker asks again a
+#: check interval later). A producer taking over overdue halves may meet it.
+CHECK_BEFORE_STARTED = (
+    re.compile(r"on_recover_orphaned_transaction_command exception: unable to recover "
+               r"orphaned transaction command because producer is not running$"),
+)  # fmt: skip
+#: Properties of the halves (and of the messages their commits publish).
+TX_PROPERTIES = {"color": "red", "n": "1"}
+
+
+def tx_message(
+    body: str, key: str, local: str, check: str | list[str] = "unknown"
+) -> dict[str, Any]:
+    """A plan entry of the ``transact`` / ``checker`` scenarios."""
+    return {"topic": TX_TOPIC, "body": body, "tag": "TagTx", "keys": [key, f"{key}-2"],
+            "properties": TX_PROPERTIES, "local": local, "check": check}  # fmt: skip
+
+
+def assert_as_sent(event: dict[str, Any], item: dict[str, Any], message_id: str) -> None:
+    """A message the client received or was asked about is the plan entry as sent."""
+    assert event["message_id"] == message_id, event
+    assert event["topic"] == TX_TOPIC and event["body"] == item["body"], event
+    assert event["tag"] == item["tag"] and event["keys"] == sorted(item["keys"]), event
+    assert event["properties"] == item["properties"], event
+    assert not event["corrupted"], event
+
+
+def assert_checked_as_sent(
+    run: DriverRun, plan: list[dict[str, Any]], ids: Mapping[str, str]
+) -> None:
+    """Every check-back named a planned half as it was sent (type TRANSACTION, no broker
+    property among the user properties) and got the plan's answers in turn."""
+    by_key = {item["keys"][0]: item for item in plan}
+    for key, item in by_key.items():
+        events = [e for e in run.of("checked") if e["key"] == key]
+        planned = item["check"] if isinstance(item["check"], list) else [item["check"]]
+        wanted = [planned[min(i, len(planned) - 1)] for i in range(len(events))]
+        assert [e["answer"] for e in events] == wanted, run.report()
+        for event in events:
+            assert_as_sent(event, item, ids[key])
+            assert event["message_type"] == 4, event  # TRANSACTION
+    assert {e["key"] for e in run.of("checked")} <= set(by_key), run.report()
+
+
+def transactions(broker: Running) -> TransactionStatistics:
+    """The broker's transaction counters now."""
+    return broker.handle.statistics().core.transactions
+
+
+def stored_in(broker: Running, topic: str) -> int:
+    """Messages stored in ``topic`` (all its queues)."""
+    store = broker.handle.broker.store
+    return sum(store.max_offset(topic, q) for q in range(8))
+
+
+async def assert_consumed_once(
+    py: PyGrpc, label: str, group: str, item: dict[str, Any], message_id: str
+) -> None:
+    """The official SimpleConsumer of a new group receives the message once, intact, and
+    nothing else: a further long poll comes back empty."""
+    run = await py.run(
+        f"{label}-consumer", "receive", "--group", group, "--topic", TX_TOPIC, "--count", "1",
+        "--within", "20",
+    )  # fmt: skip
+    (event,) = run.of("received")
+    assert_as_sent(event, item, message_id)
+    assert event["message_type"] == 1, event  # a commit publishes a NORMAL message
+    assert event["delivery_attempt"] == 1, event
+    after = await py.run(
+        f"{label}-after", "longpoll", "--group", group, "--topic", TX_TOPIC, "--await", "3"
+    )
+    (event,) = after.of("received")
+    assert event["messages"] == [], after.report()
+
+
+async def test_transaction_commit_and_rollback(
+    py_grpc: Callable[[Running], PyGrpc], tmp_path: Path
+) -> None:
+    """A committed transaction publishes its half once, intact (body, tag, keys, user
+    properties, the message id), to the official consumer and over Remoting; a rolled-back
+    one is never delivered. No check-back is needed."""
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path) as broker:
+            py = py_grpc(broker)
+            plan = [
+                tx_message("committed ✓", "tx-commit", "commit"),
+                tx_message("rolled back", "tx-rollback", "rollback"),
+            ]
+            run = await py.run("producer", "transact", "--plan", py.plan_file("producer", plan))
+            report = run.report()
+            sent = run.of("sent")
+            assert [e["index"] for e in sent] == [0, 1], report
+            ids = [e["message_id"] for e in sent]
+            assert all(MESSAGE_ID.match(i) for i in ids) and ids[0] != ids[1], report
+            tx_ids = [e["transaction_id"] for e in sent]
+            assert all(tx_ids) and tx_ids[0] != tx_ids[1], report
+            ended = run.of("ended")
+            assert [(e["resolution"], e["code"]) for e in ended] == [
+                ("commit", 20000), ("rollback", 20000)
+            ], report  # fmt: skip
+            assert not run.of("checked"), report
+            stats = transactions(broker)
+            assert (stats.prepared, stats.committed, stats.rolled_back) == (2, 1, 1), stats
+            assert stats.pending == 0 and stats.checks == 0, stats
+
+            await assert_consumed_once(py, "grpc", "tx-grpc", plan[0], ids[0])
+
+            ((msg, _),) = await receive_remoting(broker, "tx-remoting", TX_TOPIC, 1, 20)
+            record = msg.record
+            assert msg.message_id == record.properties[UNIQ_KEY] == ids[0], record.properties
+            assert msg.body == plan[0]["body"].encode() and msg.tag == "TagTx"
+            assert sorted(msg.keys) == sorted(plan[0]["keys"])
+            assert user_properties(record) == TX_PROPERTIES, record.properties
+            assert record.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT
+            assert TRAN_MSG not in record.properties and REAL_TOPIC not in record.properties
+            # One message in the topic: the commit's; the rolled-back half never got there.
+            assert stored_in(broker, TX_TOPIC) == 1
+            assert not broker.handle.broker.store.messages_by_key(TX_TOPIC, "tx-rollback")
+
+
+async def test_open_transactions_are_checked_back(
+    py_grpc: Callable[[Running], PyGrpc], tmp_path: Path
+) -> None:
+    """Transactions left open are checked back on the producer's Telemetry stream after
+    the immunity, with the half as it was sent: the checker's COMMIT publishes the message
+    (once), ROLLBACK drops it, and an unknown answer leaves the half to be asked again a
+    check interval later (here: twice, then a rollback)."""
+    plan = [
+        tx_message("commit on check", "check-commit", "open", "commit"),
+        tx_message("rollback on check", "check-rollback", "open", "rollback"),
+        tx_message("unknown on check", "check-unknown", "open", ["unknown"] * 2 + ["rollback"]),
+    ]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with (
+            grpc_broker(tmp_path, **FAST_CHECKS) as broker,
+            trio.open_nursery() as nursery,
+        ):
+            py = py_grpc(broker)
+            live = await py.start(
+                nursery, "producer", "transact", "--plan", py.plan_file("producer", plan)
+            )
+            await live.wait_for("waiting", lambda: bool(live.run.of("waiting")), RUN_TIMEOUT)
+            sent = live.run.of("sent")
+            ids = {item["keys"][0]: e["message_id"] for item, e in zip(plan, sent, strict=True)}
+
+            def checks(key: str) -> list[dict[str, Any]]:
+                return [e for e in live.run.of("checked") if e["key"] == key]
+
+            def all_asked() -> bool:
+                decided = checks("check-commit") and checks("check-rollback")
+                return bool(decided) and len(checks("check-unknown")) >= 3
+
+            def applied() -> bool:
+                stats = transactions(broker)
+                return stats.committed == 1 and stats.rolled_back == 2 and stats.pending == 0
+
+            await live.wait_for("the check-backs", all_asked, 20)
+            await wait_until("the checker's decisions", applied, 10)
+            report = live.run.report()
+            assert not live.run.of("ended"), report
+            assert_checked_as_sent(live.run, plan, ids)
+            # The first check comes after the immunity (1 s after the send began, loosely),
+            # the third two intervals after the first (loosely: the client's clock).
+            for item, event in zip(plan, sent, strict=True):
+                first = checks(item["keys"][0])[0]
+                assert first["at"] >= event["at"] + 0.5, report
+            unknown = checks("check-unknown")
+            assert unknown[2]["at"] >= unknown[0]["at"] + 1.0, report
+
+            await assert_consumed_once(py, "grpc", "check-grpc", plan[0], ids["check-commit"])
+            assert stored_in(broker, TX_TOPIC) == 1
+            store = broker.handle.broker.store
+            assert not store.messages_by_key(TX_TOPIC, "check-rollback")
+            assert not store.messages_by_key(TX_TOPIC, "check-unknown")
+            stats = transactions(broker)
+            assert stats.checks == len(live.run.of("checked")) >= 5, stats
+            # Nothing is undecided: no check-back can race the producer's shutdown.
+            await live.stop()
+            check_clean(live.run)
+
+
+async def test_transaction_orphaned_by_a_crash_is_answered_by_a_new_producer(
+    py_grpc: Callable[[Running], PyGrpc], tmp_path: Path
+) -> None:
+    """A producer dies between its half messages and its decisions: once it is gone, a new
+    producer process of the topic (no sends of its own) is asked about the orphaned halves
+    and its answers hold — COMMIT publishes one, ROLLBACK drops the other."""
+    crashing = [
+        tx_message("orphan to roll back", "orphan-rollback", "open"),
+        tx_message("orphan to commit", "orphan-commit", "crash"),
+    ]  # the crashing producer's checker would answer "unknown" (it should not be asked)
+    answers = [
+        {**crashing[0], "check": "rollback"},
+        {**crashing[1], "check": "commit"},
+    ]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with (
+            grpc_broker(tmp_path, **FAST_CHECKS) as broker,
+            trio.open_nursery() as nursery,
+        ):
+            py = py_grpc(broker)
+            path = py.plan_file("crashing", crashing)
+            crashed = await py.run("crashing", "transact", "--plan", path, clean=False)
+            report = crashed.report()
+            assert crashed.returncode == 0, report
+            assert [e["index"] for e in crashed.of("crashing")] == [1], report
+            assert not crashed.of("done") and not crashed.of("ended"), report
+            sent = zip(crashing, crashed.of("sent"), strict=True)
+            ids = {item["keys"][0]: e["message_id"] for item, e in sent}
+            clients = broker.handle.broker.clients
+            await wait_until(
+                "the crashed producer is gone", lambda: not clients.producer_ids(TX_TOPIC), 10
+            )
+            assert transactions(broker).pending == 2, transactions(broker)
+
+            live = await py.start(
+                nursery, "checker", "checker", "--plan", py.plan_file("checker", answers)
+            )
+
+            def asked() -> set[str]:
+                return {e["key"] for e in live.run.of("checked")}
+
+            await live.wait_for("both check-backs", lambda: len(asked()) == 2, 20)
+            await wait_until(
+                "the new producer's decisions", lambda: transactions(broker).pending == 0, 10
+            )
+            stats = transactions(broker)
+            assert (stats.committed, stats.rolled_back) == (1, 1), stats
+            assert_checked_as_sent(live.run, answers, ids)
+
+            await assert_consumed_once(py, "grpc", "orphan-grpc", answers[1], ids["orphan-commit"])
+            assert stored_in(broker, TX_TOPIC) == 1
+            assert not broker.handle.broker.store.messages_by_key(TX_TOPIC, "orphan-rollback")
+            await live.stop()
+            check_clean(live.run, CHECK_BEFORE_STARTED)
+            assert not live.run.of("sent"), live.run.report()
