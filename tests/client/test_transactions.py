@@ -5,6 +5,8 @@ producer of the group, and the blocking facade with plain functions in worker th
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +15,7 @@ import anyio
 import pytest
 
 from client import sync
+from client.admin import main as admin_main
 from client.config import ClientConfig
 from client.message import Message, ReceivedMessage, SendReceipt
 from client.producer import Producer
@@ -25,6 +28,8 @@ pytestmark = pytest.mark.integration
 #: Check-backs within a fraction of a second, so the tests do not wait for RocketMQ's 6 s.
 FAST_CHECKS = {"transaction_immunity_s": 0.3, "transaction_check_interval_s": 0.3}
 GROUP = "txn_client_group"
+#: A log line (timestamp first) of the broker running in this process.
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d ")
 
 
 @pytest.fixture
@@ -140,3 +145,47 @@ def test_sync_facade_runs_plain_callbacks_in_worker_threads(fast_broker: BrokerT
                 break
         assert [m.body for m in got] == [b"by check"]
     assert threads and threading.main_thread().name not in threads
+
+
+async def _abandon(config: ClientConfig) -> None:
+    async with Producer(config, group=GROUP) as producer:
+        unknown = await producer.send_in_transaction(
+            Message("TxnDead", b"never decided", keys=["dead-1"]),
+            lambda m, r: TransactionState.UNKNOWN,
+        )
+        assert not unknown.confirmed
+
+
+def test_an_abandoned_transaction_is_listed_for_admins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Past the check limit (here 1 check, answered by nobody's decision) the half message is
+    in TRANS_CHECK_MAX_TIME_TOPIC, where ``trimq-admin consumeMessage`` shows it."""
+    settings = {**FAST_CHECKS, "transaction_check_max": 1}
+    with broker_thread(tmp_path / "broker", **settings) as broker:
+        config = ClientConfig(namesrv_addr=broker.address, request_timeout=5.0)
+        run("trio", _abandon, config)
+        # A check counts only when a producer of the group is online to be asked: keep one
+        # online (answering UNKNOWN) until the half is discarded.
+        listed: list[dict[str, object]] = []
+        for _ in range(100):  # bounded: 100 × 0.1 s, each a CLI pull
+            code = admin_main(
+                ["-n", broker.address, "--timeout", "5", "--json", "consumeMessage",
+                 "-t", "TRANS_CHECK_MAX_TIME_TOPIC"]
+            )  # fmt: skip
+            out, _ = capsys.readouterr()
+            # The broker thread logs to the same stdout: keep the CLI's JSON only.
+            text = "\n".join(line for line in out.splitlines() if not LOG_LINE.match(line))
+            if code == 0 and (listed := json.loads(text)):
+                break
+            run("trio", _stay_online, config)
+        assert [m["keys"] for m in listed] == [["dead-1"]]
+        assert listed[0]["body"] == "never decided"
+
+
+async def _stay_online(config: ClientConfig) -> None:
+    """A producer of the group that answers nothing (UNKNOWN), online for 0.1 s."""
+    async with Producer(
+        config, group=GROUP, checker=lambda m: TransactionState.UNKNOWN, topics=["TxnDead"]
+    ):
+        await anyio.sleep(0.1)
