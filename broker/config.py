@@ -83,6 +83,14 @@ class BrokerConfig:
     #: on here: the official 5.x clients offer SQL92 filters). Off: they are refused with
     #: SUBSCRIPTION_PARSE_FAILED, as RocketMQ does.
     enable_property_filter: bool = True
+    #: RocketMQ ACL 1.0 (``plain_acl.yml`` format, docs/security.md): every Remoting request
+    #: is authenticated and authorised against this file, which is reloaded when it changes.
+    #: None = ACL off (RocketMQ's ``aclEnable=false``).
+    acl_file: Path | None = None
+    #: The account the broker signs its name-server registrations with (the name servers'
+    #: ``--acl-file`` must know it). Both or neither.
+    acl_access_key: str | None = None
+    acl_secret_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.wake_mode not in WAKE_MODES:
@@ -111,6 +119,8 @@ class BrokerConfig:
             )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key go together")
+        if (self.acl_access_key is None) != (self.acl_secret_key is None):
+            raise ConfigError("acl_access_key and acl_secret_key go together")
         self.namesrv_addrs()
 
     def namesrv_addrs(self) -> list[str]:
@@ -289,6 +299,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--enable-property-filter",
         help="serve SQL92 subscriptions: true (default) or false",
+    )
+    p.add_argument(
+        "--acl-file",
+        help="ACL on: plain_acl.yml accounts and permissions, reloaded when it changes",
+    )
+    p.add_argument(
+        "--acl-access-key", help="AccessKey the broker signs its name-server registrations with"
+    )
+    p.add_argument(
+        "--acl-secret-key",
+        help="its secret (better in TRIMQ_ACL_SECRET_KEY: flags show in the process list)",
     )
     p.add_argument("--config", help="broker.toml with the same settings")
     return p

@@ -13,6 +13,10 @@ others; a failure is logged and retried at that loop's next round. Name servers 
 to each other: the broker is what keeps them consistent, within one register interval once
 they are reachable again.
 
+With ``acl_access_key``/``acl_secret_key`` set, every request to a name server is signed
+(RocketMQ ACL 1.0, as the broker's ``innerClientAuthenticationCredentials``), so a name
+server with ``--acl-file`` accepts the registration.
+
 A broker with a gRPC front end also puts its gRPC endpoint into each name server's KV config
 (namespace :data:`GRPC_ENDPOINTS`, key: its Remoting address) after every registration, so any
 broker can answer a gRPC route with the other brokers' endpoints (:class:`NamesrvRoutes`).
@@ -31,6 +35,7 @@ from broker.config import BrokerConfig
 from broker.grpc.cluster import PeerQueues
 from broker.logs import get_logger
 from broker.topics import TopicManager
+from protocol.acl import sign
 from protocol.bodies.admin import KVTable
 from protocol.bodies.broker import RegisterBrokerBody, TopicConfigSerializeWrapper
 from protocol.bodies.namesrv import body_crc32, encode_register_body
@@ -192,6 +197,9 @@ class Registrar:
         self, addr: str, cmd: RemotingCommand, what: str, bound_s: float
     ) -> RemotingCommand | None:
         """``cmd``'s reply, bounded by ``bound_s``; None on failure."""
+        access_key, secret_key = self.config.acl_access_key, self.config.acl_secret_key
+        if access_key is not None and secret_key is not None:
+            cmd = sign(cmd, access_key, secret_key)
         with trio.move_on_after(bound_s):
             try:
                 reply = await call_namesrv(addr, cmd)

@@ -44,6 +44,10 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port_text)
 
 
+def _env(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
 def _local_ip() -> str:
     try:
         return socket.gethostbyname(socket.gethostname())
@@ -67,6 +71,9 @@ class ClientConfig:
         backoff_initial, backoff_max: after a failed connect, an address is not tried again
             for this long (doubling per failure up to the max); requests to it fail fast
             with :class:`~client.errors.ConnectError`, which lets a producer move on.
+        access_key, secret_key: credentials of a RocketMQ ACL 1.0 account: every request
+            is signed with them (``AccessKey``/``Signature``). Default: ``TRIMQ_ACCESS_KEY``
+            and ``TRIMQ_SECRET_KEY``; both or neither.
     """
 
     namesrv_addr: str | None = None
@@ -79,8 +86,12 @@ class ClientConfig:
     connect_timeout: float = 3.0
     backoff_initial: float = 0.2
     backoff_max: float = 5.0
+    access_key: str | None = field(default_factory=lambda: _env("TRIMQ_ACCESS_KEY"))
+    secret_key: str | None = field(default_factory=lambda: _env("TRIMQ_SECRET_KEY"), repr=False)
 
     def __post_init__(self) -> None:
+        if (self.access_key is None) != (self.secret_key is None):
+            raise ValueError("access_key and secret_key go together")
         if self.serialize not in ("msgpack", "json"):
             raise ValueError(f"serialize must be 'msgpack' or 'json', not {self.serialize!r}")
         for name in ("request_timeout", "connect_timeout", "heartbeat_interval"):

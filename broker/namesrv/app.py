@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import trio
 
+from broker.acl import AclGuard
 from broker.logs import get_logger
 from broker.namesrv.config import NamesrvConfig
 from broker.namesrv.context import NamesrvContext
@@ -26,6 +27,7 @@ from broker.namesrv.processors import NAMESRV
 from broker.namesrv.routes import RouteTable
 from broker.remoting.server import BoundRegistry, ServerLimits, serve_remoting
 from broker.store.files import read_optional
+from protocol.acl import authorize_namesrv
 from protocol.errors import ProtocolError
 
 _log = get_logger("namesrv")
@@ -78,8 +80,14 @@ async def serve_namesrv(
     task_status: trio.TaskStatus[NamesrvHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run a name server until cancelled or stopped; ``clock`` (seconds) judges broker
-    registrations and their expiry (see :attr:`NamesrvContext.clock`)."""
+    registrations and their expiry (see :attr:`NamesrvContext.clock`). With ``acl_file``,
+    the requests that change the routes need credentials from it.
+
+    Raises:
+        broker.acl.AclFileError: the ACL file is not valid.
+    """
     routes = RouteTable(expire_s=config.broker_expire_s)
+    guard = None if config.acl_file is None else AclGuard(config.acl_file, authorize_namesrv)
     ctx = NamesrvContext(config, routes, load_kv(config), clock=clock)
     listeners = await trio.open_tcp_listeners(config.port, host=config.host)
     port = listeners[0].socket.getsockname()[1]
@@ -89,7 +97,7 @@ async def serve_namesrv(
             nursery.start_soon(scan_expired, ctx)
             await nursery.start(
                 serve_remoting,
-                BoundRegistry(NAMESRV, ctx),
+                BoundRegistry(NAMESRV, ctx, guard=guard),
                 listeners,
                 ServerLimits.of(config),
                 ctx.server,

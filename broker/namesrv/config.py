@@ -34,6 +34,10 @@ class NamesrvConfig:
     max_frame_size: int = 16 * 1024 * 1024
     #: Replies queued per connection before handlers wait for the socket (back-pressure).
     write_queue: int = 256
+    #: ACL on (docs/security.md): broker registrations and KV-config changes need
+    #: credentials from this ``plain_acl.yml`` file (reloaded when it changes); route
+    #: queries stay open. None = off.
+    acl_file: Path | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -53,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scan-interval-s", type=float,
                    help="how often silent brokers are looked for (default 5)")  # fmt: skip
     p.add_argument("--kv-config-path", help="file for the KV config (default: memory only)")
+    p.add_argument(
+        "--acl-file",
+        help="ACL on: broker registrations need credentials from this plain_acl.yml",
+    )
     p.add_argument("--config", help="namesrv.toml with the same settings")
     return p
 

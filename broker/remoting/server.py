@@ -9,6 +9,10 @@ reads and runs the requests, one writer task per connection batches the replies
 (``broker.remoting.connection``), and both live in one nursery per connection. What the
 server runs is a :class:`Dispatcher`: the broker and the name server each pass their
 :class:`~broker.remoting.dispatch.Registry` bound to their context (:class:`BoundRegistry`).
+With ACL on, the :class:`BoundRegistry` holds a :data:`Guard` (``broker.acl.AclGuard``) that
+every request passes before its processor runs: the one place where requests are
+authenticated and authorised. A refused request is answered ``NO_PERMISSION`` on its opaque
+(a oneway one is dropped) and the connection goes on.
 
 A request that may wait (a long poll, a send waiting for its fsync in SYNC mode) gets a task
 of its own, so it never holds up the requests behind it; every other request runs right here
@@ -59,6 +63,14 @@ ListenerT = TypeVar("ListenerT", bound=trio.abc.Listener[Any])
 
 
 # ------------------------------------------------------------------ what the server runs
+#: ``guard(peer, cmd)``: None if the request may run, else the reply that refuses it.
+Guard = Callable[[str, RemotingCommand], RemotingCommand | None]
+
+
+async def _answer(reply: RemotingCommand | None) -> RemotingCommand | None:
+    return reply
+
+
 class Dispatcher(Protocol):
     """What a Remoting server runs its requests with."""
 
@@ -81,6 +93,8 @@ class BoundRegistry(Generic[Ctx]):
         ctx: what every handler is handed.
         sync: SYNC flush mode: storing requests wait for an fsync, so they get a task too.
         on_close: told about each connection that closes.
+        guard: with ACL on, asked about every request before its handler (see the module
+            docstring).
     """
 
     def __init__(
@@ -90,17 +104,24 @@ class BoundRegistry(Generic[Ctx]):
         *,
         sync: bool = False,
         on_close: Callable[[Connection], None] | None = None,
+        guard: Guard | None = None,
     ) -> None:
         self.registry = registry
         self.ctx = ctx
         self.sync = sync
         self._on_close = on_close
+        self.guard = guard
         # Asked once per request: a set lookup, not two calls through the registry.
         self._waiting = frozenset(registry.parking | (registry.storing if sync else set()))
 
     def dispatch(self, conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand | None]:
-        """Run the handler of ``cmd.code`` (errors become error replies). Returns the
-        registry's coroutine itself: no coroutine frame of its own per request."""
+        """Run the handler of ``cmd.code`` (errors become error replies), unless the guard
+        refuses it. Returns the registry's coroutine itself: no coroutine frame of its own
+        per request."""
+        if self.guard is not None:
+            refusal = self.guard(conn.peer, cmd)
+            if refusal is not None:
+                return _answer(None if cmd.is_oneway else refusal)
         return self.registry.dispatch(self.ctx, conn, cmd)
 
     def may_wait(self, code: int) -> bool:

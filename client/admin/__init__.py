@@ -8,7 +8,9 @@ table on a terminal or as one JSON document with ``--json``.
 
 Exit codes: 0 success; 1 a failed operation (one line on stderr naming the cause, no
 traceback); 2 usage errors (argparse's own). The name server is ``-n``, else ``NAMESRV_ADDR``,
-else ``127.0.0.1:9876``; a lone trimq broker's address works as the name server.
+else ``127.0.0.1:9876``; a lone trimq broker's address works as the name server. With ACL on,
+``--access-key``/``--secret-key`` (else ``TRIMQ_ACCESS_KEY``/``TRIMQ_SECRET_KEY``) sign every
+request; creating and deleting topics and groups needs an admin account.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 
 import anyio
 import structlog
@@ -45,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     parser.add_argument("--timeout", type=float, default=5.0, metavar="S",
                         help="seconds per request and per connect (default 5)")  # fmt: skip
+    parser.add_argument("--access-key", "--accessKey", dest="access_key", metavar="AK",
+                        help="ACL account to sign with (default: $TRIMQ_ACCESS_KEY)")  # fmt: skip
+    parser.add_argument("--secret-key", "--secretKey", dest="secret_key", metavar="SK",
+                        help="its secret (default: $TRIMQ_SECRET_KEY)")  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for family in (topics, groups, cluster, consumer, messages, consume):
         family.register(sub)
@@ -96,13 +103,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         namesrv_from_env(args.namesrv)
     except ValueError as exc:
         parser.error(str(exc))
-    config = ClientConfig(
-        namesrv_addr=args.namesrv,
-        request_timeout=args.timeout,
-        connect_timeout=args.timeout,
-        # Admin requests are one-shot: a refused connect should fail now, not back off.
-        backoff_initial=0.01,
-    )
+    try:
+        config = ClientConfig(
+            namesrv_addr=args.namesrv,
+            request_timeout=args.timeout,
+            connect_timeout=args.timeout,
+            # Admin requests are one-shot: a refused connect should fail now, not back off.
+            backoff_initial=0.01,
+        )
+        if args.access_key is not None or args.secret_key is not None:
+            config = replace(config, access_key=args.access_key, secret_key=args.secret_key)
+    except ValueError as exc:  # an access key without its secret, from flags or environment
+        parser.error(str(exc))
     configured = _quiet_logging()
     try:
         result = anyio.run(_run, args, config)

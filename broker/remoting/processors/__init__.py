@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from broker.acl import AclGuard
 from broker.core.broker import Broker
 from broker.remoting.context import BrokerContext
 from broker.remoting.dispatch import Handler, Registry
@@ -26,6 +27,7 @@ from broker.remoting.processors import (
     transaction,
 )
 from broker.remoting.server import BoundRegistry, ServerState
+from protocol.acl import authorize_request
 from protocol.codes import RequestCode
 
 
@@ -107,11 +109,18 @@ def build_registry() -> Registry[BrokerContext]:
 def broker_dispatcher(broker: Broker) -> BoundRegistry[BrokerContext]:
     """The broker's Remoting front end: its processors bound to a new context (the broker
     and a fresh :class:`ServerState`, ``dispatcher.ctx.server``); a closing connection
-    leaves its consumer groups. SYNC flush mode lets storing requests wait in a task."""
+    leaves its consumer groups. SYNC flush mode lets storing requests wait in a task. With
+    ``acl_file`` set, every request passes the ACL guard first (``dispatcher.guard``).
+
+    Raises:
+        broker.acl.AclFileError: the ACL file is not valid.
+    """
     ctx = BrokerContext(broker, ServerState())
+    acl_file = broker.config.acl_file
     return BoundRegistry(
         build_registry(),
         ctx,
         sync=broker.config.flush == "sync",
         on_close=ctx.connection_closed,
+        guard=None if acl_file is None else AclGuard(acl_file, authorize_request),
     )

@@ -1,0 +1,154 @@
+"""ACL 1.0 for the Remoting servers: the ``plain_acl.yml`` file, read and kept current, and the
+guard every request passes before its processor runs.
+
+Theory of operation: :class:`AclGuard` holds the rules of the last good version of the file
+and a decision function from :mod:`protocol.acl` (the broker's
+:func:`~protocol.acl.authorize_request`, the name server's
+:func:`~protocol.acl.authorize_namesrv`). The server calls it with each request and the
+peer's address; it answers None (run the request) or the ``NO_PERMISSION`` reply. Reloading
+is lazy: at most once per ``check_interval_s`` a request makes the guard look at the file's
+modification time, size and inode, and a change is read at once, in the request's turn (a
+small file, rarely). A file that cannot be read or is not valid keeps the previous rules and
+logs an error, once per change. No task is needed, so nothing outlives the server.
+
+Refusals are counted and logged at most once a second with how many were not logged: a
+client retrying with a wrong secret must not flood the log.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from broker.logs import get_logger
+from protocol.acl import AclConfigError, AclRules, Refusal, parse_ip, rules_from_obj
+from protocol.acl.rules import IPAddress
+from protocol.codes import ResponseCode
+from protocol.command import RemotingCommand
+
+_log = get_logger("acl")
+#: The broker's or name server's decision: None = the request runs.
+Decide = Callable[[AclRules, RemotingCommand, IPAddress | None], Refusal | None]
+#: Largest ACL file read (a file of thousands of accounts is far smaller).
+MAX_FILE_SIZE = 4 * 1024 * 1024
+
+
+class AclFileError(ValueError):
+    """The ACL file cannot be read or is not a valid ``plain_acl.yml``."""
+
+
+def load_rules(path: Path) -> AclRules:
+    """Read and validate the ACL file at ``path``.
+
+    Raises:
+        AclFileError: unreadable, too large, not YAML, or not a valid ACL document.
+    """
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_FILE_SIZE + 1)
+    except OSError as exc:
+        raise AclFileError(f"ACL file {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_FILE_SIZE:
+        raise AclFileError(f"ACL file {path}: larger than {MAX_FILE_SIZE} bytes")
+    try:
+        doc = yaml.safe_load(data)
+    except yaml.YAMLError as exc:
+        raise AclFileError(f"ACL file {path}: not YAML: {exc}") from None
+    try:
+        return rules_from_obj(doc)
+    except AclConfigError as exc:
+        raise AclFileError(f"ACL file {path}: {exc}") from None
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
+def peer_ip(peer: str) -> IPAddress | None:
+    """The IP address of a ``host:port`` peer name (None when it is not one)."""
+    host, sep, _ = peer.rpartition(":")
+    return parse_ip(host) if sep else None
+
+
+class AclGuard:
+    """The rules of one ACL file and the check every request passes (module docstring).
+
+    Args:
+        path: the ``plain_acl.yml`` file.
+        decide: the server's decision function.
+        check_interval_s: the file is looked at no more often than this.
+        clock: seconds, for the interval (monotonic).
+
+    Raises:
+        AclFileError: the file is not valid at start-up (later, a bad file is only logged).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        decide: Decide,
+        *,
+        check_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = path
+        self.decide = decide
+        self.check_interval_s = check_interval_s
+        self._clock = clock
+        self._stamp = _stamp(path)
+        self.rules = load_rules(path)
+        self._checked = clock()
+        #: Successful reloads since the start.
+        self.reloads = 0
+        #: Requests refused since the start.
+        self.refused = 0
+        self._logged_at = -float("inf")
+        self._unlogged = 0
+        _log.info("ACL on", file=str(path), accounts=len(self.rules.accounts),
+                  global_white=len(self.rules.global_white))  # fmt: skip
+
+    def __call__(self, peer: str, cmd: RemotingCommand) -> RemotingCommand | None:
+        """None if ``cmd`` from ``peer`` (``host:port``) may run, else its refusal."""
+        if self._clock() - self._checked >= self.check_interval_s:
+            self.check_file()
+        refusal = self.decide(self.rules, cmd, peer_ip(peer))
+        if refusal is None:
+            return None
+        self._refused(peer, cmd, refusal)
+        return cmd.response(ResponseCode.NO_PERMISSION, refusal.remark)
+
+    def check_file(self) -> bool:
+        """Reload the file if it changed; True if new rules are in force."""
+        self._checked = self._clock()
+        stamp = _stamp(self.path)
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            rules = load_rules(self.path)
+        except AclFileError as exc:
+            _log.error("ACL file not reloaded: the previous rules stay", error=str(exc))
+            return False
+        self.rules = rules
+        self.reloads += 1
+        _log.info("ACL file reloaded", file=str(self.path), accounts=len(rules.accounts),
+                  global_white=len(rules.global_white))  # fmt: skip
+        return True
+
+    def _refused(self, peer: str, cmd: RemotingCommand, refusal: Refusal) -> None:
+        self.refused += 1
+        now = self._clock()
+        if now - self._logged_at < 1.0:
+            self._unlogged += 1
+            return
+        _log.info("request refused", peer=peer, code=cmd.code, access_key=refusal.access_key[:64],
+                  reason=refusal.remark, not_logged_before=self._unlogged)  # fmt: skip
+        self._logged_at, self._unlogged = now, 0
