@@ -193,6 +193,8 @@ class AddressPattern:
             if not brace or not head:
                 raise AclConfigError(f"{where}: {raw!r} is not HEAD{{a,b,...}}")
             items = [head + item.strip() for item in tail[:-1].split(",") if item.strip()]
+            if not items:
+                raise AclConfigError(f"{where}: {raw!r} lists no address")
             return cls(raw, exact=_addresses(items, raw, where))
         if "," in raw:
             return cls(raw, exact=_addresses(raw.split(","), raw, where))
