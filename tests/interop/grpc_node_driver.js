@@ -17,13 +17,18 @@
  *     sends every message of the plan ({"messages": [{"body", "tag", "keys", "properties",
  *     "group"}]}, all but "body" optional; "group" is a FIFO message group), one "sent"
  *     event per receipt ({"index", "message_id", "offset", "queue_id"}).
- *   simple --topic T --group G --count N [--change-key K] --within MS
+ *   simple --topic T --group G --count N [--change-key K] [--drain 1] --within MS
+ *          [--filter-type TAG|SQL92 --expression E]
  *     a SimpleConsumer (await duration 5 s, invisible duration 15 s) receives until it has
  *     acked N distinct messages: a "received" event per delivery, "acked" per ack. The first
  *     delivery of the message keyed K gets changeInvisibleDuration(1 s) ("changed") instead
  *     of an ack, then an ack with the handle the change replaced ("stale_ack": refused or
  *     not, with the error code), and is acked when it comes back. Exits 3 ("timeout") if
- *     that is not done within MS milliseconds, 2 ("receive_error") if a receive fails.
+ *     that is not done within MS milliseconds, 2 ("receive_error", with the error's class,
+ *     code and message) if a receive fails. With --drain, one more receive (a long poll)
+ *     afterwards: "drained" with what it got (acked too). It subscribes with the expression
+ *     E (default "*") of the filter type (default TAG; SQL92 is the protocol's FilterType.SQL,
+ *     a selector over the message's properties, TAGS standing for its tag).
  *   push --topic T --group G --fail-key K [--always-fail-key A]
  *     a PushConsumer whose listener prints "consumed" per delivery and answers FAILURE to the
  *     first delivery of the message keyed K and to every delivery of the message keyed A
@@ -40,8 +45,10 @@ const crypto = require('crypto');
 const fs = require('fs');
 const util = require('util');
 const {
-  ConsumeResult, Producer, PushConsumer, SimpleConsumer,
+  ConsumeResult, FilterExpression, Producer, PushConsumer, SimpleConsumer,
 } = require('rocketmq-client-nodejs');
+// The client takes a FilterType but does not export it: the generated protocol module's.
+const { FilterType } = require('rocketmq-client-nodejs/proto/apache/rocketmq/v2/definition_pb');
 
 function emit(event, fields) {
   const sorted = {};
@@ -162,12 +169,29 @@ async function changeThenStaleAck(consumer, msg, key) {
   }
 }
 
+// The subscription's filter: a tag expression (the client's default type) or SQL92.
+function filterOf(args) {
+  const expression = args.expression || '*';
+  const type = args.filterType || 'TAG';
+  if (type === 'SQL92') return new FilterExpression(expression, FilterType.SQL);
+  if (type !== 'TAG') throw new Error(`unknown filter type ${type}`);
+  return expression;
+}
+
+function receiveError(err) {
+  return {
+    message: String(err && err.message),
+    code: (err && err.code) || null,
+    type: err && err.constructor ? err.constructor.name : null,
+  };
+}
+
 async function simple(args) {
   const count = Number(args.count);
   const deadline = Date.now() + Number(args.within);
   const consumer = new SimpleConsumer({
     ...base(args), consumerGroup: args.group, awaitDuration: 5000,
-    subscriptions: new Map([[ args.topic, '*' ]]),
+    subscriptions: new Map([[ args.topic, filterOf(args) ]]),
   });
   emit('started', { startup_ms: await timed(() => consumer.startup()) });
   const acked = new Set();
@@ -185,7 +209,7 @@ async function simple(args) {
         messages = await consumer.receive(16, 15000);
       } catch (err) {
         // e.g. a body the client cannot decode: the whole receive fails.
-        emit('receive_error', { message: String(err && err.message), code: err.code || null });
+        emit('receive_error', receiveError(err));
         process.exitCode = 2;
         break;
       }
@@ -201,6 +225,20 @@ async function simple(args) {
         await consumer.ack(msg);
         acked.add(msg.messageId);
         emit('acked', { message_id: msg.messageId });
+      }
+    }
+    if (args.drain && !process.exitCode) {
+      const t0 = Date.now();
+      let messages = null;
+      try {
+        messages = await consumer.receive(16, 15000);
+      } catch (err) {
+        emit('receive_error', receiveError(err));
+        process.exitCode = 2;
+      }
+      if (messages) {
+        emit('drained', { ms: Date.now() - t0, messages: messages.map(view) });
+        for (const msg of messages) await consumer.ack(msg);
       }
     }
   } finally {

@@ -13,10 +13,15 @@ Scenarios:
     "properties"?, "deliver_at_s"?, "group"?, "refused"?}``) with one Producer; ``sent`` per
     message (``message_id``, ``offset``, the queue the client picked), or ``refused`` (the
     error) for those the plan expects to be refused.
-``receive --group G --topic T --count N``
+``receive --group G --topic T --count N [--drain]``
     one SimpleConsumer: ``receive(32, --invisible)`` until N messages came (or ``--within``
     seconds passed), acking each; ``received`` per message (every field the client exposes).
-    Prints ``polling`` before each receive call.
+    Prints ``polling`` before each receive call. With ``--drain``, one more receive (a long
+    poll of ``--await`` seconds) afterwards: ``drained`` with what it got (acked too).
+``refused --group G --topic T``
+    one SimpleConsumer, one ``receive`` that should be refused (a malformed filter
+    expression, say): ``refused`` with the error the client raised, or ``received`` with the
+    messages if it was not.
 ``invisible --group G --topic T --count N``
     receive N, ack half; change the other half's invisible time to 1 s, try the stale
     (pre-change) handle, wait for the redelivery, ack it with its new handle, then try the
@@ -52,6 +57,10 @@ Scenarios:
     ``transact``) until standard input reaches end of file; the producer that takes over
     from one that crashed.
 
+The consumers subscribe to ``--topic`` with ``--expression`` (``*`` by default) of
+``--filter-type`` ``TAG`` (the default) or ``SQL92`` (the client's ``FilterType.SQL``: an
+SQL92 selector over the message's properties, ``TAGS`` standing for its tag).
+
 Every scenario ends with ``client_log`` (the ERROR lines of the client's own log file, and
 whether it has any traceback) and ``done``.
 """
@@ -82,7 +91,7 @@ from rocketmq import (
     TransactionChecker,
     TransactionResolution,
 )
-from rocketmq.grpc_protocol import Code
+from rocketmq.grpc_protocol import Code, FilterType
 
 _print_lock = threading.Lock()
 #: Seconds the client gives each unary RPC.
@@ -104,6 +113,10 @@ class ScenarioError(Exception):
 #: TLS to the broker (``TRIMQ_DRIVER_TLS=1``; the CA comes from
 #: ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``, as the client verifies against system roots).
 TLS = os.environ.get("TRIMQ_DRIVER_TLS") == "1"
+
+
+#: ``--filter-type`` names: RocketMQ's expression types, the protocol's ``FilterType``.
+FILTER_TYPES: dict[str, Any] = {"TAG": FilterType.TAG, "SQL92": FilterType.SQL}
 
 
 def config(endpoint: str) -> ClientConfiguration:
@@ -202,8 +215,13 @@ def add_keys(msg: Any, keys: list[str]) -> None:
         msg.keys = key
 
 
+def subscription(args: argparse.Namespace) -> dict[str, FilterExpression]:
+    """The consumers' subscription: ``--topic`` with ``--expression`` of ``--filter-type``."""
+    return {args.topic: FilterExpression(args.expression, FILTER_TYPES[args.filter_type])}
+
+
 def simple_consumer(args: argparse.Namespace, await_s: int) -> SimpleConsumer:
-    sub = {args.topic: FilterExpression(args.expression)}
+    sub = subscription(args)
     consumer = SimpleConsumer(
         config(args.endpoint), args.group, sub, await_duration=await_s, tls_enable=TLS
     )
@@ -237,6 +255,31 @@ def receive(args: argparse.Namespace) -> None:
                 emit("received", **describe(msg))
                 consumer.ack(msg)
                 emit("acked", message_id=msg.message_id)
+        if args.drain:
+            emit("polling")
+            started = time.monotonic()
+            got = consumer.receive(32, args.invisible)
+            emit("drained", seconds=time.monotonic() - started,
+                 messages=[describe(m) for m in got])  # fmt: skip
+            for msg in got:
+                consumer.ack(msg)
+    finally:
+        consumer.shutdown()
+
+
+def refused(args: argparse.Namespace) -> None:
+    consumer = simple_consumer(args, args.await_s)
+    try:
+        emit("polling")
+        started = time.monotonic()
+        try:
+            got = consumer.receive(32, args.invisible)
+        except Exception as exc:
+            emit("refused", seconds=time.monotonic() - started, **error_of(exc))
+            return
+        emit("received", messages=[describe(m) for m in got])
+        for msg in got:
+            consumer.ack(msg)
     finally:
         consumer.shutdown()
 
@@ -336,7 +379,7 @@ class KeyedListener(MessageListener):  # type: ignore[misc]
 
 
 def push_consumer(args: argparse.Namespace) -> PushConsumer:
-    sub = {args.topic: FilterExpression(args.expression)}
+    sub = subscription(args)
     return PushConsumer(config(args.endpoint), args.group, KeyedListener(), sub,
                         consumption_thread_count=4)  # fmt: skip
 
@@ -463,6 +506,7 @@ def checker(args: argparse.Namespace) -> None:
 SCENARIOS: dict[str, Callable[[argparse.Namespace], None]] = {
     "produce": produce,
     "receive": receive,
+    "refused": refused,
     "invisible": invisible,
     "longpoll": longpoll,
     "push": push,
@@ -491,6 +535,8 @@ def main() -> int:
     parser.add_argument("--topic")
     parser.add_argument("--group")
     parser.add_argument("--expression", default="*")
+    parser.add_argument("--filter-type", choices=sorted(FILTER_TYPES), default="TAG")
+    parser.add_argument("--drain", action="store_true", help="receive: one more long poll")
     parser.add_argument("--count", type=int, default=1)
     parser.add_argument("--invisible", type=int, default=15, help="seconds")
     parser.add_argument("--await", dest="await_s", type=int, default=5, help="seconds")

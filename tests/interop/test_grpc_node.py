@@ -28,6 +28,13 @@ receive.
 4. Shutdown hygiene: 20 start/shutdown cycles each of Producer and SimpleConsumer and a few
    PushConsumers against one broker: every process exits 0, no client error, nothing left
    registered or in a call on the broker.
+5. SQL92 property filters (``new FilterExpression(..., FilterType.SQL)``; the client does
+   not export ``FilterType``, the driver takes the generated protocol module's): a
+   SimpleConsumer subscribed with ``region = 'eu' AND price > 10`` receives exactly the
+   matching messages the Node producer sent, each once with tag and properties intact, a
+   further long poll comes back empty and the group's cursor is past the rejected ones; a
+   malformed expression is refused with ILLEGAL_FILTER_EXPRESSION (the client's
+   BadRequestException).
 
 Client bugs worked around in the driver (not broker matters): the push consumer's consume
 services open their own file logger that shutdown never closes (Node would never exit; the
@@ -39,7 +46,9 @@ a fresh channel and receives for ever (so cycles wait for the first receive).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +95,8 @@ TEST_TIMEOUT = 60.0
 #: 20 s the broker's settings give (plus the 3 s request timeout and a 1 s pause).
 PUSH_STOP_TIMEOUT = 40.0
 INVALID_RECEIPT_HANDLE = 40013
+#: A line of the driver's logger (an ISO timestamp first), as opposed to a continuation.
+TIMESTAMPED = re.compile(r"^\d{4}-\d\d-\d\dT")
 
 
 # ------------------------------------------------------------------ the client's driver
@@ -579,3 +590,115 @@ async def test_start_shutdown_cycles(
             await wait_until("every call over", lambda: grpc.in_flight == 0, 10)
             await wait_until("every connection closed", lambda: grpc.connections == 0, 10)
             assert grpc.broken == 0 and grpc.refused == 0, broker.handle.statistics()
+
+
+# ------------------------------------------------------------------ 5. SQL92 filters
+SQL_TOPIC = "NodeGrpcSql92"
+SQL_EXPRESSION = "region = 'eu' AND price > 10"
+#: (key, tag, user properties, whether SQL_EXPRESSION matches) of the messages sent.
+SQL_MESSAGES: list[tuple[str, str | None, dict[str, str], bool]] = [
+    ("eu-20", "TagA", {"region": "eu", "price": "20"}, True),
+    ("eu-5", "TagA", {"region": "eu", "price": "5"}, False),
+    ("us-50", "TagB", {"region": "us", "price": "50"}, False),
+    ("eu-10", "TagA", {"region": "eu", "price": "10"}, False),  # not above 10
+    ("eu-11", None, {"region": "eu", "price": "11", "ünï": "✓"}, True),
+    ("bare", "TagA", {}, False),  # both properties absent: NULL, filtered out
+    ("eu-10.5", "TagB", {"region": "eu", "price": "10.5"}, False),  # not an int: no match
+    ("eu-99", "TagB", {"region": "eu", "price": "99"}, True),
+]  # fmt: skip
+SQL_MATCHING = {key for key, _, _, matches in SQL_MESSAGES if matches}
+ILLEGAL_FILTER_EXPRESSION = 40010
+
+
+async def test_sql92_simple_consumer(
+    node_grpc: Callable[[Running], NodeGrpc], tmp_path: Path
+) -> None:
+    """The official SimpleConsumer subscribed with an SQL92 expression receives exactly the
+    matching messages (each once, tag, keys and properties intact); one more long poll comes
+    back empty, the group's cursor is past the rejected messages, and a ``*`` consumer of
+    another group gets them all."""
+    group = "node-sql"
+    plan: list[dict[str, Any]] = [
+        {"body": key, "keys": [key], "properties": properties, **({"tag": tag} if tag else {})}
+        for key, tag, properties, _ in SQL_MESSAGES
+    ]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path) as broker:
+            node = node_grpc(broker)
+            _, sent = await node.produce("producer", SQL_TOPIC, plan)
+            ids = {item["keys"][0]: e["message_id"] for item, e in zip(plan, sent, strict=True)}
+            run = await node.run(
+                "consumer", "simple", "--topic", SQL_TOPIC, "--group", group,
+                "--filter-type", "SQL92", "--expression", SQL_EXPRESSION,
+                "--count", str(len(SQL_MATCHING)), "--drain", "1", "--within", "20000",
+            )  # fmt: skip
+            check_clean(run)
+            report = run.report()
+            received = run.of("received")
+            assert sorted(e["key"] for e in received) == sorted(SQL_MATCHING), report
+            by_key = {item["keys"][0]: item for item in plan}
+            for event in received:
+                item = by_key[event["key"]]
+                assert event["message_id"] == ids[event["key"]], event
+                assert event["topic"] == SQL_TOPIC and event["keys"] == item["keys"], event
+                assert event["tag"] == item.get("tag", ""), event
+                assert event["properties"] == item["properties"], event
+                body = item["body"].encode()
+                assert (event["body_len"], event["body_sha256"]) == (len(body), sha256(body))
+                assert event["attempt"] == 1 and not event["corrupted"], event
+            assert len(run.of("acked")) == len(SQL_MATCHING), report
+            (drained,) = run.of("drained")
+            assert drained["messages"] == [], report
+
+            store = broker.handle.broker.store
+
+            def past_all() -> bool:
+                return all(
+                    store.offsets.query(group, SQL_TOPIC, q) == store.max_offset(SQL_TOPIC, q)
+                    for q in range(4)
+                    if store.max_offset(SQL_TOPIC, q) > 0
+                )
+
+            await wait_until("the cursor past every message", past_all, 10)
+            assert broker.in_flight() == 0
+            got = await receive_remoting(broker, "node-sql-all", SQL_TOPIC, len(plan), 20)
+            assert {m.message_id for m in got} == set(ids.values())
+
+
+async def test_sql92_malformed_expression_is_refused(
+    node_grpc: Callable[[Running], NodeGrpc], tmp_path: Path
+) -> None:
+    """A receive with an SQL92 expression that does not parse is refused at once with
+    ILLEGAL_FILTER_EXPRESSION: the client raises its BadRequestException (not retried),
+    whose message says what is wrong; its one ERROR line is that failed receive, without a
+    stack trace, and the process shuts down cleanly."""
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path) as broker:
+            node = node_grpc(broker)
+            await create_topic(broker.handle, SQL_TOPIC)
+            run = await node.run(
+                "consumer", "simple", "--topic", SQL_TOPIC, "--group", "node-sql-bad",
+                "--filter-type", "SQL92", "--expression", "region = 'eu' AND",
+                "--count", "1", "--within", "10000",
+            )  # fmt: skip
+            report = run.report()
+            assert run.returncode == 2 and run.of("stopped"), report
+            (error,) = run.of("receive_error")
+            assert error["code"] == ILLEGAL_FILTER_EXPRESSION, report
+            assert error["type"] == "BadRequestException", report
+            assert "SQL92" in error["message"], report
+            assert not run.of("received") and not run.of("timeout"), report
+            (line,) = client_errors(run)
+            assert "Failed to receive messages" in line, report
+            assert "error=BadRequestException: " in line and "40010" in line, report
+            # The client logs the error with util.format's %s, which renders an Error with
+            # its stack: the only stack in its log is that of the BadRequestException its
+            # StatusChecker raised, right under that line; nothing else failed.
+            stderr = run.stderr_path.read_text(errors="replace").splitlines()
+            at = stderr.index(line)
+            stack = list(itertools.takewhile(lambda s: not TIMESTAMPED.match(s), stderr[at + 1 :]))
+            assert stack and "StatusChecker.check" in stack[0], report
+            rest = stderr[: at + 1] + stderr[at + 1 + len(stack) :]
+            assert not any(s.lstrip().startswith("at ") for s in rest), report
+            assert "UNAVAILABLE" not in "\n".join(stderr), report
+            assert broker.in_flight() == 0

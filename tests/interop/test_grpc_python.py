@@ -30,6 +30,13 @@ Every wait is bounded; a new consumer group reads a young queue from its start (
    publishes, ROLLBACK drops and an unknown answer leaves the half to the next check; after
    the producer crashed between its half and its decision, a new producer of the topic is
    asked and its answers hold.
+8. SQL92 property filters (``FilterExpression(..., FilterType.SQL)``): a SimpleConsumer and
+   a PushConsumer subscribed with ``region = 'eu' AND price > 10`` get exactly the messages
+   the official producer sent that match (each once, tag and properties intact) and never
+   the others, which the group's pop cursor moves past (a ``*`` consumer of another group
+   gets all of them); a malformed expression is refused with ILLEGAL_FILTER_EXPRESSION; a
+   parked receive is not woken by a message the expression rejects, and a matching one sent
+   over Remoting (``TAGS`` in the expression too) wakes it at once.
 """
 
 from __future__ import annotations
@@ -996,3 +1003,231 @@ async def test_transaction_orphaned_by_a_crash_is_answered_by_a_new_producer(
             await live.stop()
             check_clean(live.run, CHECK_BEFORE_STARTED)
             assert not live.run.of("sent"), live.run.report()
+
+
+# ------------------------------------------------------------------ 8. SQL92 filters
+SQL_TOPIC = "GrpcSql92"
+SQL_EXPRESSION = "region = 'eu' AND price > 10"
+#: (key, tag, user properties, whether SQL_EXPRESSION matches) of the messages sent.
+SQL_MESSAGES: list[tuple[str, str | None, dict[str, str], bool]] = [
+    ("eu-20", "TagA", {"region": "eu", "price": "20"}, True),
+    ("eu-5", "TagA", {"region": "eu", "price": "5"}, False),
+    ("us-50", "TagA", {"region": "us", "price": "50"}, False),
+    ("eu-10", "TagB", {"region": "eu", "price": "10"}, False),  # not above 10
+    ("eu-11", "TagB", {"region": "eu", "price": "11", "note": "x y ✓"}, True),
+    ("bare", "TagA", {}, False),  # both properties absent: NULL, filtered out
+    ("eu-no-price", None, {"region": "eu"}, False),
+    # A string meeting an int is parsed as one (Integer.valueOf): "10.5" fails, no match.
+    ("eu-10.5", "TagB", {"region": "eu", "price": "10.5"}, False),
+    ("EU-30", "TagA", {"region": "EU", "price": "30"}, False),  # strings are case-sensitive
+    ("eu-1000", None, {"region": "eu", "price": "1000"}, True),
+]  # fmt: skip
+SQL_MATCHING = {key for key, _, _, matches in SQL_MESSAGES if matches}
+#: Malformed expressions: incomplete, and a string literal where ``>`` needs a number.
+BAD_SQL = ("region = 'eu' AND", "price > 'ten'")
+
+
+def sql_plan() -> list[dict[str, Any]]:
+    """SQL_MESSAGES as a ``produce`` plan (the key is the body too)."""
+    return [
+        {"topic": SQL_TOPIC, "body": key, "keys": [key], "properties": properties,
+         **({"tag": tag} if tag else {})}
+        for key, tag, properties, _ in SQL_MESSAGES
+    ]  # fmt: skip
+
+
+def assert_matching_as_sent(
+    events: list[dict[str, Any]], plan: list[dict[str, Any]], ids: Mapping[str, str]
+) -> None:
+    """``events`` are the matching messages, each once, as sent (tag, keys, properties)."""
+    keys = [e["keys"][0] if e["keys"] else "" for e in events]
+    assert sorted(keys) == sorted(SQL_MATCHING), events
+    by_key = {item["keys"][0]: item for item in plan}
+    for key, event in zip(keys, events, strict=True):
+        item = by_key[key]
+        assert event["message_id"] == ids[key], event
+        assert event["topic"] == SQL_TOPIC and event["body"] == key, event
+        assert event["tag"] == item.get("tag") and event["keys"] == [key], event
+        assert event["properties"] == item["properties"], event
+        assert event["delivery_attempt"] == 1 and not event["corrupted"], event
+
+
+async def assert_cursor_past_all(broker: Running, group: str, topic: str) -> None:
+    """The group's pop cursor reached the end of every queue of ``topic``: the messages the
+    filter rejected were read past, never to be delivered to the group."""
+    store = broker.handle.broker.store
+
+    def past_all() -> bool:
+        return all(
+            store.offsets.query(group, topic, q) == store.max_offset(topic, q)
+            for q in range(4)
+            if store.max_offset(topic, q) > 0
+        )
+
+    await wait_until(f"{group}'s cursor at the end of {topic}", past_all, 10)
+
+
+async def assert_all_stored(broker: Running, ids: Mapping[str, str]) -> None:
+    """A ``*`` consumer of another group (over Remoting) gets every message sent: those the
+    SQL92 consumers never saw were there to be delivered."""
+    got = await receive_remoting(broker, "sql-everything", SQL_TOPIC, len(ids), 20)
+    assert {msg.message_id for msg, _ in got} == set(ids.values())
+
+
+async def test_sql92_simple_consumer(py_grpc: Callable[[Running], PyGrpc], tmp_path: Path) -> None:
+    """A SimpleConsumer subscribed with an SQL92 expression receives exactly the matching
+    messages, each once with its tag and properties; a further long poll comes back empty,
+    and the group's cursor is past the rejected ones."""
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path) as broker:
+            py = py_grpc(broker)
+            plan = sql_plan()
+            sent = await py.produce("producer", plan)
+            ids = {item["keys"][0]: e["message_id"] for item, e in zip(plan, sent, strict=True)}
+            group = "sql-simple"
+            run = await py.run(
+                "consumer", "receive", "--group", group, "--topic", SQL_TOPIC,
+                "--filter-type", "SQL92", "--expression", SQL_EXPRESSION,
+                "--count", str(len(SQL_MATCHING)), "--within", "20", "--drain",
+            )  # fmt: skip
+            report = run.report()
+            assert_matching_as_sent(run.of("received"), plan, ids)
+            assert len(run.of("acked")) == len(SQL_MATCHING), report
+            (drained,) = run.of("drained")
+            assert drained["messages"] == [], report
+            await assert_cursor_past_all(broker, group, SQL_TOPIC)
+            assert broker.in_flight() == 0
+            await assert_all_stored(broker, ids)
+
+
+async def test_sql92_push_consumer(py_grpc: Callable[[Running], PyGrpc], tmp_path: Path) -> None:
+    """A PushConsumer subscribed with an SQL92 expression consumes exactly the matching
+    messages, once each; once its cursor is past the rejected ones and its receives park
+    again, nothing more comes."""
+    group = "sql-push"
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+            py = py_grpc(broker)
+            await create_topic(broker.handle, SQL_TOPIC)
+            live = await py.start(
+                nursery, "consumer", "push", "--group", group, "--topic", SQL_TOPIC,
+                "--filter-type", "SQL92", "--expression", SQL_EXPRESSION,
+            )  # fmt: skip
+            await live.wait_for("started", lambda: bool(live.run.of("started")), RUN_TIMEOUT)
+            plan = sql_plan()
+            sent = await py.produce("producer", plan)
+            ids = {item["keys"][0]: e["message_id"] for item, e in zip(plan, sent, strict=True)}
+
+            def consumed() -> list[dict[str, Any]]:
+                return live.run.of("consumed")
+
+            await live.wait_for(
+                "the matching messages", lambda: len(consumed()) >= len(SQL_MATCHING), 20
+            )
+            await assert_cursor_past_all(broker, group, SQL_TOPIC)
+            await wait_until("every lease acked", lambda: broker.in_flight() == 0, 10)
+            # A receive issued after all that finds nothing and parks.
+            await wait_until("a parked receive", lambda: broker.parked(group) > 0, 25)
+            # Each matching arrival woke at most one parked receive; the others woke none.
+            hub = broker.handle.statistics().core.pop.hub
+            assert hub.groups[group].wakeups <= len(SQL_MATCHING), hub
+            await live.stop()
+            check_clean(live.run)
+            events = consumed()
+            assert_matching_as_sent(events, plan, ids)
+            assert not any(e["failed"] for e in events), live.run.report()
+            await assert_all_stored(broker, ids)
+
+
+async def test_sql92_malformed_expression_is_refused(
+    py_grpc: Callable[[Running], PyGrpc], tmp_path: Path
+) -> None:
+    """A receive with an SQL92 expression that does not parse is refused with
+    ILLEGAL_FILTER_EXPRESSION (the client's BadRequestException, whose text says what is
+    wrong and where), promptly (no long poll), without an error or a traceback in the
+    client's log or an error in the broker's."""
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path) as broker:
+            py = py_grpc(broker)
+            await create_topic(broker.handle, SQL_TOPIC)
+            async with Producer(broker.remoting) as producer:
+                await producer.send(
+                    Message(SQL_TOPIC, b"eu", properties={"region": "eu", "price": "20"})
+                )
+            runs: dict[str, DriverRun] = {}
+
+            async def refused(index: int, expression: str) -> None:
+                runs[expression] = await py.run(
+                    f"bad-{index}", "refused", "--group", f"sql-bad-{index}",
+                    "--topic", SQL_TOPIC, "--filter-type", "SQL92", "--expression", expression,
+                    "--await", "10",
+                )  # fmt: skip
+
+            async with trio.open_nursery() as nursery:
+                for index, expression in enumerate(BAD_SQL):
+                    nursery.start_soon(refused, index, expression)
+            for run in runs.values():
+                report = run.report()
+                assert not run.of("received"), report
+                (event,) = run.of("refused")
+                assert event["type"] == "BadRequestException", report
+                assert event["code"] == 40010 and event["name"] == "ILLEGAL_FILTER_EXPRESSION"
+                assert "SQL92" in event["text"], report
+                assert event["seconds"] < 5, report  # refused, not parked for 10 s
+            # Nothing was handed out to anyone.
+            assert broker.in_flight() == 0
+
+
+async def test_sql92_parked_receive_woken_by_a_matching_remoting_message(
+    py_grpc: Callable[[Running], PyGrpc], tmp_path: Path
+) -> None:
+    """A SimpleConsumer's receive parked with an SQL92 expression (properties and ``TAGS``)
+    is not woken by messages trimq's Remoting producer sends that the expression rejects;
+    the matching one wakes it at once and arrives with its tag and properties intact."""
+    group = "sql-parked"
+    expression = f"{SQL_EXPRESSION} AND TAGS = 'Hot'"
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path) as broker, trio.open_nursery() as nursery:
+            py = py_grpc(broker)
+            await create_topic(broker.handle, SQL_TOPIC)
+            live = await py.start(
+                nursery, "consumer", "longpoll", "--group", group, "--topic", SQL_TOPIC,
+                "--filter-type", "SQL92", "--expression", expression, "--await", str(AWAIT_S),
+            )  # fmt: skip
+            await live.wait_for("polling", lambda: bool(live.run.of("polling")), RUN_TIMEOUT)
+            await wait_until("the receive parked", lambda: broker.parked(group) > 0, 10)
+
+            def wakeups() -> int:
+                return broker.handle.statistics().core.pop.hub.groups[group].wakeups
+
+            rejected = [
+                Message(SQL_TOPIC, b"us", tag="Hot", keys=["r-us"],
+                        properties={"region": "us", "price": "50"}),
+                Message(SQL_TOPIC, b"cold", tag="Cold", keys=["r-cold"],
+                        properties={"region": "eu", "price": "50"}),
+            ]  # fmt: skip
+            matching = Message(
+                SQL_TOPIC, "hot ✓".encode(), tag="Hot", keys=["r-hot", "r-2"],
+                properties={"region": "eu", "price": "42", "lang": "py"},
+            )  # fmt: skip
+            async with Producer(broker.remoting) as producer:
+                for message in rejected:
+                    await producer.send(message)
+                await trio.sleep(1)  # time to wake the receive, were it to be woken
+                assert broker.parked(group) > 0 and wakeups() == 0, broker.handle.statistics()
+                assert not live.run.of("received"), live.run.report()
+                receipt = await producer.send(matching)
+            sent_at = trio.current_time()
+            await live.wait_for("received", lambda: bool(live.run.of("received")), AWAIT_S + 5)
+            answered_in = trio.current_time() - sent_at
+            (event,) = live.run.of("received")
+            (got,) = event["messages"]
+            assert got["message_id"] == receipt.message_id, event
+            assert got["body"] == "hot ✓" and got["tag"] == "Hot", got
+            assert got["keys"] == ["r-2", "r-hot"], got
+            assert got["properties"] == dict(matching.properties), got
+            assert answered_in < 5, f"answered {answered_in:.1f} s after the send"
+            assert event["seconds"] < AWAIT_S - 2, live.run.report()
+            assert wakeups() == 1, broker.handle.statistics()
+            await live.stop()
+            check_clean(live.run)
