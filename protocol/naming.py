@@ -177,6 +177,26 @@ def is_send_allowed(name: str) -> bool:
     return name not in NOT_ALLOWED_SEND_TOPICS
 
 
+#: System topics producers may still write: clients send message traces there.
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+
+
+def producer_may_send(name: str) -> bool:
+    """Whether a producer may send to ``name`` — stricter than RocketMQ's set: no system
+    topic of RocketMQ's not-allowed set, no ``rmq_sys_*``/``RMQ_SYS_*`` topic but the trace
+    topic, not ``TBW102`` (a template: a send names it as its default topic), no ``%DLQ%``
+    topic, and a ``%RETRY%`` name only as a classic ``%RETRY%<legal group>`` (Java and
+    client-cpp fall back to sending there when a send-back fails). The broker's own services
+    (timers, revive, transactions, dead-lettering) write their topics without this check."""
+    if not is_send_allowed(name) or name == DEFAULT_TOPIC or name.startswith(DLQ_PREFIX):
+        return False
+    if name.upper().startswith("RMQ_SYS_"):
+        return name == TRACE_TOPIC
+    if name.startswith(RETRY_PREFIX):
+        return is_valid_group(name[len(RETRY_PREFIX) :])
+    return True
+
+
 # ------------------------------------------------------------------ retry and DLQ names
 def retry_topic(group: str) -> str:
     """The classic (push/pull) retry topic ``%RETRY%group`` (``MixAll.getRetryTopic``)."""

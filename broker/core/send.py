@@ -37,7 +37,7 @@ from protocol.naming import (
     dlq_topic,
     group_of_classic_retry,
     is_retry_topic,
-    is_send_allowed,
+    producer_may_send,
     retry_topic,
     validate_group,
     validate_topic,
@@ -232,9 +232,11 @@ class SendService:
             IllegalNameError: the topic name is illegal.
         """
         validate_topic(topic)
-        if not is_send_allowed(topic):
+        if not producer_may_send(topic):
             raise BrokerError(
-                f"sending to topic {topic} is forbidden", code=ResponseCode.NO_PERMISSION
+                f"sending to topic {topic} is forbidden (a system, dead-letter or malformed "
+                f"retry topic)",
+                code=ResponseCode.NO_PERMISSION,
             )
         config = self.topics.get(topic)
         if config is not None:

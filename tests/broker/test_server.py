@@ -817,3 +817,28 @@ async def test_memory_stream_a_client_gone_mid_write_ends_only_its_connection(
     await handle_stream(FakeDispatcher(), ServerLimits(), state, server_end)
     stats = state.statistics()
     assert (stats.connections, stats.requests, stats.in_flight, stats.unsent) == (0, 3, 0, 0)
+
+
+# ---------------------------------------------------------------- system topics
+@pytest.mark.parametrize(
+    "topic",
+    ["TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_TIMER_RECALL",
+     "%DLQ%some_group", "%RETRY%g+SomeTopic"],
+)  # fmt: skip
+async def test_producers_cannot_write_system_dead_letter_or_pop_retry_topics(
+    tmp_path: Path, topic: str
+) -> None:
+    with trio.fail_after(TIMEOUT):
+        async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+            for build in (send_v1, send_v2):
+                reply = await client.request(build(send_header(topic)))
+                assert reply.code == ResponseCode.NO_PERMISSION, (topic, reply.remark)
+                assert "forbidden" in (reply.remark or "")
+            batch = encode_batch([BatchEntry(b"x", {UNIQ_KEY: "b1"})])
+            header = send_header(topic)
+            cmd = request(RequestCode.SEND_BATCH_MESSAGE, 0, header.to_v2_ext(), batch)
+            assert (await client.request(cmd)).code == ResponseCode.NO_PERMISSION
+            assert broker.broker.store.max_offset(topic, 0) == 0
+            # The connection goes on; the trace topic and a classic retry topic stay open.
+            for allowed in ("RMQ_SYS_TRACE_TOPIC", "%RETRY%some_group"):
+                sent(await client.request(send_v2(send_header(allowed))))

@@ -33,6 +33,7 @@ from protocol.naming import (
     pop_retry_topic,
     pop_retry_topic_v1,
     pop_retry_topic_v2,
+    producer_may_send,
     retry_topic,
     v1_candidates,
     validate_group,
@@ -146,6 +147,28 @@ def test_system_and_send_allowed() -> None:
         assert not is_send_allowed(name)
     for name in ("TBW102", "BenchmarkTest", "RMQ_SYS_TRACE_TOPIC", "%RETRY%g", "orders"):
         assert is_send_allowed(name)
+
+
+@pytest.mark.parametrize(
+    ("name", "allowed"),
+    [
+        ("orders", True),
+        ("BenchmarkTest", True),
+        ("RMQ_SYS_TRACE_TOPIC", True),
+        ("%RETRY%my_group", True),
+        ("TBW102", False),
+        ("SCHEDULE_TOPIC_XXXX", False),
+        ("RMQ_SYS_TRANS_HALF_TOPIC", False),
+        ("RMQ_SYS_ANYTHING", False),
+        ("rmq_sys_TIMER_RECALL", False),
+        ("%DLQ%my_group", False),
+        ("%RETRY%", False),
+        ("%RETRY%g+topic", False),  # a pop retry V2 name: the broker's
+        ("%RETRY%bad group", False),
+    ],
+)
+def test_what_producers_may_send_to(name: str, allowed: bool) -> None:
+    assert producer_may_send(name) is allowed
 
 
 # ------------------------------------------------------------------ naming
