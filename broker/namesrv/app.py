@@ -97,7 +97,7 @@ async def serve_namesrv(
             nursery.start_soon(scan_expired, ctx)
             await nursery.start(
                 serve_remoting,
-                BoundRegistry(NAMESRV, ctx, guard=guard),
+                BoundRegistry(NAMESRV, ctx, guard=guard, state=ctx.server),
                 listeners,
                 ServerLimits.of(config),
                 ctx.server,

@@ -95,6 +95,7 @@ class BoundRegistry(Generic[Ctx]):
         on_close: told about each connection that closes.
         guard: with ACL on, asked about every request before its handler (see the module
             docstring).
+        state: the server's bookkeeping, which counts the requests the guard refused.
     """
 
     def __init__(
@@ -105,12 +106,14 @@ class BoundRegistry(Generic[Ctx]):
         sync: bool = False,
         on_close: Callable[[Connection], None] | None = None,
         guard: Guard | None = None,
+        state: ServerState | None = None,
     ) -> None:
         self.registry = registry
         self.ctx = ctx
         self.sync = sync
         self._on_close = on_close
         self.guard = guard
+        self._state = state
         # Asked once per request: a set lookup, not two calls through the registry.
         self._waiting = frozenset(registry.parking | (registry.storing if sync else set()))
 
@@ -121,6 +124,8 @@ class BoundRegistry(Generic[Ctx]):
         if self.guard is not None:
             refusal = self.guard(conn.peer, cmd)
             if refusal is not None:
+                if self._state is not None:
+                    self._state.denied += 1
                 return _answer(None if cmd.is_oneway else refusal)
         return self.registry.dispatch(self.ctx, conn, cmd)
 
@@ -181,6 +186,8 @@ class ServerStatistics:
     broken_framing: int
     #: Frames queued or being written on all connections.
     unsent: int
+    #: Requests the ACL refused (answered NO_PERMISSION, or dropped when oneway).
+    denied: int = 0
 
 
 class ServerState:
@@ -198,6 +205,7 @@ class ServerState:
         self.requests = 0
         self.malformed = 0
         self.broken_framing = 0
+        self.denied = 0
         # Tasks in wait_drained; empty (and so free to poke) except during a stop.
         self._drain_waiters = trio.lowlevel.ParkingLot()
 
@@ -254,6 +262,7 @@ class ServerState:
             malformed=self.malformed,
             broken_framing=self.broken_framing,
             unsent=sum(c.unsent for c in self.open_connections),
+            denied=self.denied,
         )
 
 

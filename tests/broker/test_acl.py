@@ -141,6 +141,7 @@ async def test_each_refusal_keeps_the_connection_and_stores_nothing(tmp_path: Pa
                 await expect_ok(client, request(RequestCode.SEND_MESSAGE_V2, 0, claim, b"x"))
                 assert not client.closed.is_set()
             assert stored(broker, "orders") == len(refusals) + 1
+            assert broker.statistics().remoting.denied == len(refusals)
             assert stored(broker, "other") == 0 and "more" not in broker.broker.topics.names()
 
 
@@ -268,6 +269,7 @@ async def test_name_server_registrations_need_credentials(tmp_path: Path) -> Non
                 await wait_until(settled, 10, every=0.05)
                 assert bad.registrar is not None and none.registrar is not None
                 assert bad.registrar.registered[addr] == 0 == none.registrar.registered[addr]
+                assert ns.ctx.server.statistics().denied >= 2
                 # Route queries stay open, unsigned.
                 async with open_client(ns.port) as client:
                     reply = await client.call(RequestCode.GET_BROKER_CLUSTER_INFO)

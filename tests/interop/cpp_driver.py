@@ -35,6 +35,10 @@ JSON object per line on stdout:
     that only answers the broker's checks (``local`` is not used), until end of file on
     standard input as above.
 
+``produce`` and ``consume`` take ``--access-key AK --secret-key SK [--channel CH]``: the client
+then signs every request (RocketMQ ACL 1.0, ``set_session_credentials``). A failed send prints
+``{"event": "send_failed", "key", "error"}`` and the producer goes on with the next message.
+
 In both transactional modes the checker callback answers the ``check`` of the plan's message
 with the checked message's key (``"commit"``, ``"rollback"``, ``"unknown"``; a key not in the
 plan gets ``"unknown"``) and prints ``{"event": "checked", "key", "msg_id", "transaction_id",
@@ -103,11 +107,17 @@ def _text(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def produce(namesrv: str, group: str, plan_path: str) -> int:
+#: ACL 1.0 credentials (access key, secret key, channel), when the test gave them.
+Credentials = tuple[str, str, str] | None
+
+
+def produce(namesrv: str, group: str, plan_path: str, credentials: Credentials = None) -> int:
     with open(plan_path, encoding="utf-8") as file:
         plan = json.load(file)
     producer = rmq.Producer(group, timeout=10_000)
     producer.set_namesrv_addr(namesrv)
+    if credentials is not None:
+        producer.set_session_credentials(*credentials)
     producer.start()
     try:
         for item in plan["messages"]:
@@ -115,7 +125,11 @@ def produce(namesrv: str, group: str, plan_path: str) -> int:
             msg.set_keys(item["key"])
             msg.set_tags(item["tag"])
             msg.set_body(item["body"])
-            result = producer.send_sync(msg)
+            try:
+                result = producer.send_sync(msg)
+            except Exception as exc:  # the wrappers' ProducerSendSyncFailed, say
+                emit("send_failed", key=item["key"], error=f"{type(exc).__name__}: {exc}")
+                continue
             emit("sent", key=item["key"], tag=item["tag"], status=int(result.status),
                  msg_id=result.msg_id, offset=int(result.offset))  # fmt: skip
     finally:
@@ -125,10 +139,13 @@ def produce(namesrv: str, group: str, plan_path: str) -> int:
 
 
 def consume(
-    namesrv: str, group: str, topic: str, expression: str, fail_key: str, *, shutdown: bool
-) -> int:
+    namesrv: str, group: str, topic: str, expression: str, fail_key: str, *, shutdown: bool,
+    credentials: Credentials = None,
+) -> int:  # fmt: skip
     consumer = rmq.PushConsumer(group)
     consumer.set_namesrv_addr(namesrv)
+    if credentials is not None:
+        consumer.set_session_credentials(*credentials)
     consumer.set_thread_count(1)
     consumer.set_message_batch_max_size(1)
 
@@ -370,15 +387,21 @@ def main() -> int:
         "--log-level", type=int, default=0,
         help="transact, checker: the client's log level (1 = FATAL .. 6 = TRACE)",
     )  # fmt: skip
+    parser.add_argument("--access-key", help="produce, consume: ACL account to sign with")
+    parser.add_argument("--secret-key", help="produce, consume: its secret")
+    parser.add_argument("--channel", default="ALIYUN", help="produce, consume: OnsChannel")
     args = parser.parse_args()
+    credentials: Credentials = None
+    if args.access_key is not None:
+        credentials = (args.access_key, args.secret_key or "", args.channel)
     if args.mode == "produce":
-        code = produce(args.namesrv, args.group, args.plan)
+        code = produce(args.namesrv, args.group, args.plan, credentials)
     elif args.mode in ("transact", "checker"):
         code = transact(args.namesrv, args.group, args.plan, send=args.mode == "transact",
                         log_level=args.log_level, shutdown=not args.skip_shutdown)  # fmt: skip
     else:
         code = consume(args.namesrv, args.group, args.topic, args.expression, args.fail_key,
-                       shutdown=not args.skip_shutdown)  # fmt: skip
+                       shutdown=not args.skip_shutdown, credentials=credentials)  # fmt: skip
     sys.stdout.flush()
     # The 2.1 client's destructors can crash at interpreter exit: leave without running them.
     os._exit(code)

@@ -123,4 +123,5 @@ def broker_dispatcher(broker: Broker) -> BoundRegistry[BrokerContext]:
         sync=broker.config.flush == "sync",
         on_close=ctx.connection_closed,
         guard=None if acl_file is None else AclGuard(acl_file, authorize_request),
+        state=ctx.server,
     )
