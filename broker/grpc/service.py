@@ -242,11 +242,19 @@ class MessagingService:
 
     async def telemetry(self, call: Call) -> None:
         """Answer every settings command with status OK and the complete settings; the
-        stream is the client's presence (it leaves when the stream ends)."""
-        _require_client_id(call)
+        stream is the client's presence (it leaves when the stream ends). Without a client
+        id, each command is answered CLIENT_ID_REQUIRED and the stream stays open (the
+        proxy's answer)."""
         try:
             async for payload in call.messages():
                 command = _parse(schema.TelemetryCommand, payload)
+                if not call.client_id:
+                    refused = schema.TelemetryCommand()
+                    refused.status.CopyFrom(
+                        status(Code.CLIENT_ID_REQUIRED, "client id cannot be empty")
+                    )
+                    await call.send(refused.SerializeToString())
+                    continue
                 if command.WhichOneof("command") != "settings":
                     continue  # thread stack traces, verify results: nothing asked for them
                 try:
@@ -592,11 +600,6 @@ def _parse(cls: Any, payload: bytes) -> Any:
         raise GrpcError(
             GrpcStatus.INTERNAL, f"request is not a valid {cls.__name__}: {exc}"
         ) from None
-
-
-def _require_client_id(call: Call) -> None:
-    if not call.client_id:
-        raise GrpcError(GrpcStatus.INVALID_ARGUMENT, "x-mq-client-id missing")
 
 
 def _send_receive_status(call: Call, code: int, message: str) -> None:

@@ -195,12 +195,15 @@ async def test_missing_client_id_is_client_id_required(
                 grpc_timeout="10S",
             )
             assert receive_status(reply) == Code.CLIENT_ID_REQUIRED
-            # Telemetry has no response to carry a Status before the first command: the
-            # stream itself is refused.
+            # Telemetry: each command is answered CLIENT_ID_REQUIRED; the stream stays open.
             async with client.open_call("Telemetry", client_id=client_id) as telemetry:
-                await telemetry.send(settings_command(GROUP, "T"))
-                refused = await telemetry.result()
-            assert refused.status not in (None, 0)
+                for _ in range(2):
+                    await telemetry.send(settings_command(GROUP, "T"))
+                    answer = schema.TelemetryCommand.FromString(await telemetry.receive())
+                    assert answer.status.code == Code.CLIENT_ID_REQUIRED
+                    assert not answer.HasField("settings")
+                await telemetry.close_send()
+                assert (await telemetry.result()).status == 0
             # Nothing was sent on the way.
             assert handle.broker.statistics().store.puts == 0
 
