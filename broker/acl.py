@@ -22,15 +22,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import structlog
 import yaml
 
-from broker.logs import get_logger
 from protocol.acl import AclConfigError, AclRules, Refusal, parse_ip, rules_from_obj
 from protocol.acl.rules import IPAddress
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 
-_log = get_logger("acl")
+# Not broker.logs.get_logger: this module sits at the bottom of the broker's layers (the
+# configuration checks the file with it), beside broker.logs, which it may not import.
+_log: structlog.typing.FilteringBoundLogger = structlog.get_logger(component="acl")
 #: The broker's or name server's decision: None = the request runs.
 Decide = Callable[[AclRules, RemotingCommand, IPAddress | None], Refusal | None]
 #: Largest ACL file read (a file of thousands of accounts is far smaller).

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+from broker.acl import AclFileError, load_rules
 from broker.clock import SYSTEM_CLOCK, Clock, DiskProbe, disk_used_ratio
 from broker.store.api import FlushMode
 from broker.store.config import StoreConfig
@@ -83,6 +84,9 @@ class BrokerConfig:
     #: on here: the official 5.x clients offer SQL92 filters). Off: they are refused with
     #: SUBSCRIPTION_PARSE_FAILED, as RocketMQ does.
     enable_property_filter: bool = True
+    #: The pop journal's bytes before a checkpoint snapshots the in-flight table again (also
+    #: at least 64 per lease in flight); 0: a snapshot at every checkpoint.
+    pop_snapshot_min_bytes: int = 256 * 1024
     #: RocketMQ ACL 1.0 (``plain_acl.yml`` format, docs/security.md): every Remoting request
     #: is authenticated and authorised against this file, which is reloaded when it changes.
     #: None = ACL off (RocketMQ's ``aclEnable=false``).
@@ -316,11 +320,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> BrokerConfig:
-    """Parse the command line and merge every source."""
+    """Parse the command line and merge every source.
+
+    Raises:
+        ConfigError: a setting has an unusable value (an invalid ACL file included).
+    """
     args = vars(build_parser().parse_args(argv))
     toml = args.pop("config")
-    return from_sources(
+    config = from_sources(
         toml_path=Path(toml) if toml else None,
         env=os.environ if env is None else env,
         flags=args,
     )
+    check_acl_file(config.acl_file)
+    return config
+
+
+def check_acl_file(path: Path | None) -> None:
+    """Read the ACL file once, so that a command line naming a bad one fails at once.
+
+    Raises:
+        ConfigError: the file is not a valid ``plain_acl.yml``.
+    """
+    if path is not None:
+        try:
+            load_rules(path)
+        except AclFileError as exc:
+            raise ConfigError(f"acl_file: {exc}") from None

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.config import ConfigError, merge_sources
+from broker.config import ConfigError, check_acl_file, merge_sources
 
 ENV_PREFIX = "TRIMQ_NAMESRV_"
 
@@ -73,10 +73,12 @@ def load(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     """
     args = vars(build_parser().parse_args(argv))
     toml = args.pop("config")
-    return merge_sources(
+    config = merge_sources(
         NamesrvConfig,
         toml_path=Path(toml) if toml else None,
         env=os.environ if env is None else env,
         flags=args,
         env_prefix=ENV_PREFIX,
     )
+    check_acl_file(config.acl_file)
+    return config

@@ -323,7 +323,7 @@ async def test_our_producer_and_simple_consumer_sign(tmp_path: Path) -> None:
 
 
 def test_settings_flags_and_environment(tmp_path: Path) -> None:
-    acl = tmp_path / "plain_acl.yml"
+    acl = write_acl(tmp_path / "plain_acl.yml", ACL)
     assert load_broker_config([], env={}).acl_file is None
     config = load_broker_config(["--acl-file", str(acl), "--acl-access-key", "broker01"],
                                 env={"TRIMQ_ACL_SECRET_KEY": "broker-secret"})  # fmt: skip
@@ -336,6 +336,17 @@ def test_settings_flags_and_environment(tmp_path: Path) -> None:
     assert load_namesrv_config(["--acl-file", str(acl)], env={}).acl_file == acl
     assert load_namesrv_config([], env={"TRIMQ_NAMESRV_ACL_FILE": str(acl)}).acl_file == acl
     assert load_namesrv_config([], env={}).acl_file is None
+    # The command line reads the file once: a bad one is a settings error naming it.
+    bad = write_acl(tmp_path / "bad.yml", "accounts: [{accessKey: producer1}]")
+    missing = tmp_path / "missing.yml"
+    with pytest.raises(ConfigError, match=r"acl_file: .*missing\.yml"):
+        load_broker_config(["--acl-file", str(missing)], env={})
+    with pytest.raises(ConfigError, match="secretKey"):
+        load_broker_config([], env={"TRIMQ_ACL_FILE": str(bad)})
+    with pytest.raises(ConfigError, match=r"acl_file: .*missing\.yml"):
+        load_namesrv_config(["--acl-file", str(missing)], env={})
+    with pytest.raises(ConfigError, match="secretKey"):
+        load_namesrv_config([], env={"TRIMQ_NAMESRV_ACL_FILE": str(bad)})
 
 
 def test_client_credentials_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
