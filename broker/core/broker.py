@@ -170,6 +170,7 @@ def _open_pop(
         poke=deadlines.poke,
         clock_ms=deadlines.clock.now_ms,
         fsync=config.flush == "sync",
+        snapshot_min_bytes=config.pop_snapshot_min_bytes,
     )
 
 

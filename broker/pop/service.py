@@ -41,6 +41,8 @@ class PopEngine:
     v1_names: V1RetryNames
     renewals: Renewals
     metrics: MetricsWriter | None = None
+    #: The journal a snapshot waits for, at least; 0: a snapshot at every checkpoint.
+    snapshot_min_bytes: int = 256 * 1024
 
     @classmethod
     def open(
@@ -58,6 +60,7 @@ class PopEngine:
         poke: Callable[[], None],
         clock_ms: Callable[[], int],
         fsync: bool = False,
+        snapshot_min_bytes: int = 256 * 1024,
     ) -> PopEngine:
         """Recover the table from ``directory`` and build the parts. ``v1_names`` is the
         hub's too (one owner table); ``poke`` tells the deadline loop of an earlier revive
@@ -96,7 +99,9 @@ class PopEngine:
             ops=len(recovered.ops),
         )
         renewals = Renewals(table, poke)
-        return cls(table, journal, reader, hub, revive, v1_names, renewals, metrics)
+        return cls(
+            table, journal, reader, hub, revive, v1_names, renewals, metrics, snapshot_min_bytes
+        )
 
     # ------------------------------------------------------------------ requests
     def pop_nowait(self, req: PopRequest, now_ms: int) -> PopResult:
@@ -228,14 +233,28 @@ class PopEngine:
             owner = self.v1_names.owner(name)
             if owner is not None:
                 self.v1_names.unregister(*owner)
-        return self.before_checkpoint()
+        return self._snapshot_now()
 
     # ------------------------------------------------------------------ persistence
     def before_checkpoint(self) -> Callable[[], None]:
-        """Main thread: start a new journal generation on a snapshot of the table; the
-        returned writer, in the checkpoint's worker thread, first makes the journal durable
-        (older generations included: a power loss must not leave a torn file that a snapshot
-        does not cover) and then stores the snapshot."""
+        """Main thread: start a new journal generation on a snapshot of the table once the
+        journal has grown past what the snapshot costs; the returned writer, in the
+        checkpoint's worker thread, first makes the journal durable (older generations
+        included: a power loss must not leave a torn file that a snapshot does not cover)
+        and then stores the snapshot.
+
+        A snapshot costs every lease in flight, the journal only the ops since the last one:
+        snapshotting every checkpoint (each second) made a broker with many messages in
+        flight spend its time re-encoding the same leases. So the snapshot waits until the
+        journal holds at least ``snapshot_min_bytes`` and as many bytes as
+        :data:`SNAPSHOT_BYTES_PER_LEASE` per lease: its cost is spread over at least as many
+        ops, and a restart replays a journal no longer than a few snapshots."""
+        wanted = max(self.snapshot_min_bytes, SNAPSHOT_BYTES_PER_LEASE * len(self.table))
+        if self.snapshot_min_bytes and self.journal.size < wanted:
+            return self.journal.sync
+        return self._snapshot_now()
+
+    def _snapshot_now(self) -> Callable[[], None]:
         write = self.journal.rotate(self.table.snapshot())
 
         def sync_then_write() -> None:
@@ -245,8 +264,11 @@ class PopEngine:
         return sync_then_write
 
     def close(self) -> None:
-        """Close the journal (after the store's final checkpoint wrote the last snapshot,
+        """Write a last snapshot and close the journal (after the store's final checkpoint,
         so a clean restart replays nothing)."""
+        if self.journal.size:
+            self.journal.sync()
+            self.journal.rotate(self.table.snapshot())()
         self.journal.close()
 
     def statistics(self) -> PopStatistics:
@@ -259,6 +281,11 @@ class PopEngine:
             dead_lettered=self.revive.dead_lettered,
             hub=self.hub.statistics(),
         )
+
+
+#: The journal a snapshot waits for per lease in flight, at least (a lease's journal ops take
+#: about this much; see :meth:`PopEngine.before_checkpoint`).
+SNAPSHOT_BYTES_PER_LEASE = 64
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,7 +83,9 @@ async def wait_for_snapshot_after(pop_dir: Path) -> None:
 
 async def run_scenario(data_dir: Path, *, crash: bool) -> None:
     # ------------------------------------------------------------ first run
-    async with broker_process(data_dir, flush="sync") as broker:
+    # A snapshot at every checkpoint: the first run must recover a snapshot plus the ops
+    # journaled after it.
+    async with broker_process(data_dir, flush="sync", pop_snapshot_min_bytes=0) as broker:
         async with open_client(broker.port) as client:
             await create_topic(client, TOPIC, queues=1)
             for key in KEYS:
