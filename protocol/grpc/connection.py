@@ -1,8 +1,8 @@
 """``GrpcConnection``: the server side of one gRPC-over-HTTP/2 connection, sans-IO.
 
 Theory of operation: this keeps the HTTP/2 state a gRPC server needs (RFC 9113: frames,
-flow control, settings, pings; HPACK decoding with the ``hpack`` library, encoding with
-constant blocks, :mod:`protocol.grpc.http2`) and turns it into gRPC calls, the way
+flow control, settings, pings; HPACK decoding with :mod:`protocol.grpc.hpack`, encoding
+with constant blocks, :mod:`protocol.grpc.http2`) and turns it into gRPC calls, the way
 :mod:`protocol.connection` does for Remoting frames. The I/O layer feeds bytes to
 :meth:`receive_data`, acts on the events it returns and writes :meth:`data_to_send` after
 every call. No sockets, no clocks, no tasks. (It replaced ``h2``, whose generic state machine
@@ -39,9 +39,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-import hpack
-import hpack.exceptions
-
 from protocol.errors import TrimqError
 from protocol.grpc import http2
 from protocol.grpc.codes import GrpcStatus
@@ -52,6 +49,7 @@ from protocol.grpc.framing import (
     parse_timeout,
     percent_encode,
 )
+from protocol.grpc.hpack import HpackDecoder, HpackError
 from protocol.grpc.http2 import ErrorCode, Flag, FrameType, Setting
 
 #: Largest message accepted in a request (the proxy's ``maxMessageSize`` is 4 MiB for a body;
@@ -151,7 +149,7 @@ class GrpcConnection:
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         max_concurrent_streams: int = 1000,
     ) -> None:
-        self._decoder = hpack.Decoder(max_header_list_size=_MAX_HEADER_LIST_SIZE)
+        self._decoder = HpackDecoder(max_header_list_size=_MAX_HEADER_LIST_SIZE)
         self._streams: dict[int, _Stream] = {}
         #: Streams with messages queued since the last data_to_send.
         self._dirty: set[int] = set()
@@ -359,9 +357,9 @@ class GrpcConnection:
     def _header_block(self, sid: int, end_stream: bool, block: bytes, out: list[Event]) -> None:
         # Decoded whatever becomes of the stream: HPACK's table must follow the client's.
         try:
-            fields = self._decoder.decode(block, raw=True)
-        except hpack.exceptions.HPACKError as exc:
-            raise http2.ConnectionError_(ErrorCode.COMPRESSION_ERROR, repr(exc)) from None
+            fields = self._decoder.decode(block)
+        except HpackError as exc:
+            raise http2.ConnectionError_(ErrorCode.COMPRESSION_ERROR, str(exc)) from None
         stream = self._streams.get(sid)
         if stream is not None:  # trailers on a request: they end it (gRPC sends none)
             if stream.remote_closed or not end_stream:
@@ -376,8 +374,7 @@ class GrpcConnection:
         if self.going_away or len(self._streams) >= self._max_concurrent_streams:
             self._out.append(http2.rst_stream(sid, ErrorCode.REFUSED_STREAM))
             return
-        headers = {_text(k): _text(v) for k, v in fields}
-        self._request(sid, headers, end_stream, out)
+        self._request(sid, dict(fields), end_stream, out)
 
     def _request(
         self, sid: int, headers: dict[str, str], end_stream: bool, out: list[Event]
@@ -641,12 +638,6 @@ def _unpad(payload: bytes) -> bytes:
     if pad >= len(payload):
         raise http2.ConnectionError_(ErrorCode.PROTOCOL_ERROR, "padding exceeds the frame")
     return payload[1 : len(payload) - pad]
-
-
-def _text(value: bytes | str) -> str:
-    """A header name or value as text; bytes that are not UTF-8 become U+FFFD (gRPC metadata
-    is ASCII, so only a broken or hostile peer sends them, and it gets no crash for it)."""
-    return value if isinstance(value, str) else value.decode("utf-8", "replace")
 
 
 def _check_request(headers: dict[str, str]) -> tuple[int, str] | None:
