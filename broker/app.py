@@ -21,7 +21,6 @@ from broker.config import BrokerConfig
 from broker.core.broker import Broker, BrokerStatistics, open_broker
 from broker.grpc.server import GrpcLimits, GrpcServerState, GrpcStatistics, serve_grpc
 from broker.grpc.service import GrpcEndpoint, build_service
-from broker.grpc.tls import server_context
 from broker.logs import get_logger
 from broker.prometheus import open_prometheus
 from broker.registration import NamesrvRoutes, Registrar
@@ -32,6 +31,7 @@ from broker.remoting.server import (
     ServerStatistics,
     serve_remoting,
 )
+from broker.tls import TlsMode, TlsPolicy, server_context
 
 _log = get_logger("broker")
 #: How long a stop waits for requests in flight before cutting connections.
@@ -104,8 +104,16 @@ async def serve_broker(
             ctx, server = dispatcher.ctx, dispatcher.ctx.server
             prometheus = open_prometheus(config.host, config.prometheus_port, broker.metrics)
             async with prometheus as prometheus_port, trio.open_nursery() as front:
+                mode, now = TlsMode(config.tls_mode), _utc(clock)
+                remoting_tls = TlsPolicy(
+                    mode, server_context(config.tls_cert, config.tls_key, now=now)
+                )
                 await front.start(
-                    serve_remoting, dispatcher, listeners, ServerLimits.of(config), server
+                    partial(serve_remoting, tls=remoting_tls),
+                    dispatcher,
+                    listeners,
+                    ServerLimits.of(config),
+                    server,
                 )
                 grpc_state = None
                 if grpc_port is not None:
@@ -117,9 +125,11 @@ async def serve_broker(
                         else None
                     )
                     service = build_service(broker, GrpcEndpoint(host, grpc_port), cluster)
-                    tls = server_context(config.tls_cert, config.tls_key, now=_utc(clock))
+                    grpc_context = server_context(
+                        config.tls_cert, config.tls_key, now=now, alpn=("h2",)
+                    )
                     await front.start(
-                        partial(serve_grpc, ssl_context=tls),
+                        partial(serve_grpc, tls=TlsPolicy(mode, grpc_context)),
                         service,
                         grpc_listeners,
                         GrpcLimits(max_message_size=config.max_message_size + 64 * 1024),

@@ -22,6 +22,8 @@ from broker.store.config import StoreConfig
 
 WAKE_MODES = ("targeted", "topic", "none")
 RETRY_NAMINGS = ("v2", "v1")
+#: ``--tls-mode`` values (``broker.tls.TlsMode``).
+TLS_MODES = ("permissive", "enforcing", "disabled")
 
 
 class ConfigError(ValueError):
@@ -67,10 +69,13 @@ class BrokerConfig:
     #: The gRPC front end's port on ``host`` (the proxy's 8081; 0 = any free port, logged as
     #: ``grpc_port``; None, ``off`` on the command line = no gRPC front end).
     grpc_port: int | None = 8081
-    #: PEM certificate and unencrypted key for TLS on the gRPC port; without them a
-    #: self-signed certificate is made at start-up, as the proxy's TLS test mode does.
+    #: PEM certificate and unencrypted key for TLS on both ports; without them a self-signed
+    #: certificate is made at start-up, as the proxy's TLS test mode does.
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    #: TLS on the Remoting and gRPC ports: ``permissive`` (TLS and plaintext on each port, by
+    #: the first byte; RocketMQ's default), ``enforcing`` (TLS only) or ``disabled``.
+    tls_mode: str = "permissive"
     #: Seconds between check-backs of an undecided transactional half message (RocketMQ's
     #: ``transactionCheckInterval``: 60).
     transaction_check_interval_s: float = 60.0
@@ -101,6 +106,8 @@ class BrokerConfig:
             raise ConfigError(f"wake_mode must be one of {WAKE_MODES}, not {self.wake_mode!r}")
         if self.retry_naming not in RETRY_NAMINGS:
             raise ConfigError(f"retry_naming must be v2 or v1, not {self.retry_naming!r}")
+        if self.tls_mode not in TLS_MODES:
+            raise ConfigError(f"tls_mode must be one of {TLS_MODES}, not {self.tls_mode!r}")
         if self.flush not in ("async", "sync"):
             raise ConfigError(f"flush must be async or sync, not {self.flush!r}")
         if not 0 <= self.port <= 65535:
@@ -283,8 +290,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--grpc-port",
         help="RocketMQ 5 gRPC API port on --host (default 8081, 0 = any free port, off = none)",
     )
-    p.add_argument("--tls-cert", help="PEM certificate for TLS on the gRPC port")
+    p.add_argument("--tls-cert", help="PEM certificate for TLS on both ports")
     p.add_argument("--tls-key", help="PEM key (unencrypted) of --tls-cert")
+    p.add_argument(
+        "--tls-mode",
+        choices=TLS_MODES,
+        help="TLS on both ports: permissive (default: TLS and plaintext), enforcing, disabled",
+    )
     p.add_argument(
         "--transaction-check-interval-s",
         type=float,

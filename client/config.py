@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 from dataclasses import dataclass, field
 
 from protocol.codes import SerializeType
@@ -74,6 +75,10 @@ class ClientConfig:
         access_key, secret_key: credentials of a RocketMQ ACL 1.0 account: every request
             is signed with them (``AccessKey``/``Signature``). Default: ``TRIMQ_ACCESS_KEY``
             and ``TRIMQ_SECRET_KEY``; both or neither.
+        tls: connect with TLS (to brokers and name servers alike): ``True`` verifies the
+            server against the system's trusted certificates and its host name; an
+            ``ssl.SSLContext`` is used as it is (a private CA, or a self-signed broker's
+            certificate); ``False`` is plaintext.
     """
 
     namesrv_addr: str | None = None
@@ -88,6 +93,7 @@ class ClientConfig:
     backoff_max: float = 5.0
     access_key: str | None = field(default_factory=lambda: _env("TRIMQ_ACCESS_KEY"))
     secret_key: str | None = field(default_factory=lambda: _env("TRIMQ_SECRET_KEY"), repr=False)
+    tls: bool | ssl.SSLContext = False
 
     def __post_init__(self) -> None:
         if (self.access_key is None) != (self.secret_key is None):
@@ -99,6 +105,13 @@ class ClientConfig:
                 raise ValueError(f"{name} must be positive")
         if self.namesrv_addr:
             namesrv_from_env(self.namesrv_addr)  # a bad address fails here, not at first use
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The context of TLS connections, None for plaintext."""
+        if isinstance(self.tls, ssl.SSLContext):
+            return self.tls
+        return ssl.create_default_context() if self.tls else None
 
     @property
     def serialize_type(self) -> SerializeType:

@@ -51,6 +51,8 @@ class RemotingClient:
         self._connections: dict[str, Connection] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._backoff: dict[str, _Backoff] = {}
+        #: Made once: building a context loads the trusted certificates.
+        self._ssl_context = config.ssl_context
 
     async def invoke(
         self,
@@ -121,8 +123,8 @@ class RemotingClient:
         limit = self.config.connect_timeout if timeout is None else timeout
         try:
             with anyio.fail_after(min(limit, self.config.connect_timeout)):
-                stream = await anyio.connect_tcp(host, port)
-        except (OSError, TimeoutError) as exc:
+                stream: anyio.abc.ByteStream = await self._open(host, port)
+        except (OSError, TimeoutError, anyio.BrokenResourceError) as exc:
             state.failures += 1
             delay = min(
                 self.config.backoff_max, self.config.backoff_initial * 2 ** (state.failures - 1)
@@ -138,6 +140,16 @@ class RemotingClient:
         )
         self._tg.start_soon(conn.run, name=f"trimq-connection-{address}")
         return conn
+
+    async def _open(self, host: str, port: int) -> anyio.abc.ByteStream:
+        """A TCP connection, with TLS when the configuration asks for it (no close_notify
+        is awaited: a broker may close without one)."""
+        context = self._ssl_context
+        if context is None:
+            return await anyio.connect_tcp(host, port)
+        return await anyio.connect_tcp(
+            host, port, tls=True, ssl_context=context, tls_standard_compatible=False
+        )
 
     async def aclose(self) -> None:
         """Close every connection."""

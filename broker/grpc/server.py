@@ -29,8 +29,6 @@ writes its responses with :meth:`Call.send`; the call ends with the handler's st
 from __future__ import annotations
 
 import contextlib
-import socket
-import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -40,6 +38,7 @@ import trio
 
 from broker.logs import get_logger
 from broker.peers import peer_of
+from broker.tls import TlsPolicy
 from protocol.grpc.codes import GrpcStatus
 from protocol.grpc.connection import (
     CallHalfClosed,
@@ -55,9 +54,6 @@ _log = get_logger("grpc")
 RECEIVE_SIZE = 65536
 #: Response bytes a call may have queued beyond the peer's window before it waits.
 _HIGH_WATER = 256 * 1024
-#: A client that says nothing for this long after connecting is dropped before TLS sniffing
-#: (and a TLS client gets as long for its handshake).
-FIRST_BYTE_TIMEOUT_S = 10.0
 #: On a server stop: how long calls whose request is complete get to finish by themselves,
 #: and how long the whole graceful close of a connection may take.
 STOP_GRACE_S = 1.0
@@ -353,7 +349,7 @@ async def serve_grpc(
     limits: GrpcLimits,
     state: GrpcServerState,
     *,
-    ssl_context: ssl.SSLContext | None,
+    tls: TlsPolicy | None,
     task_status: trio.TaskStatus[list[ListenerT]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
     """Serve gRPC on ``listeners`` until cancelled; reports them when listening.
@@ -361,7 +357,7 @@ async def serve_grpc(
     Cancelling it is a graceful stop of every connection (see :func:`handle_grpc_stream`).
     """
     await trio.serve_listeners(
-        partial(handle_grpc_stream, service, limits, state, ssl_context),
+        partial(handle_grpc_stream, service, limits, state, tls),
         listeners,
         task_status=task_status,
     )
@@ -371,7 +367,7 @@ async def handle_grpc_stream(
     service: Service,
     limits: GrpcLimits,
     state: GrpcServerState,
-    ssl_context: ssl.SSLContext | None,
+    tls: TlsPolicy | None,
     stream: trio.abc.Stream,
 ) -> None:
     """Serve one connection until it closes or breaks; the stream is always closed.
@@ -390,22 +386,12 @@ async def handle_grpc_stream(
     state.connections += 1
     state.accepted += 1
     try:
-        ready = False
-        with trio.move_on_after(FIRST_BYTE_TIMEOUT_S):
-            tls = await _speaks_tls(stream)
-            if tls is None:
-                return  # the peer closed or reset first
-            if tls:
-                if ssl_context is None:
-                    _log.info("TLS connection refused: no certificate configured", peer=peer)
-                    return
-                state.tls += 1
-                ssl_stream = trio.SSLStream(stream, ssl_context, server_side=True)
-                stream = ssl_stream
-                await ssl_stream.do_handshake()
-            ready = True
-        if not ready:
-            return  # silent for too long (before its first byte, or in the TLS handshake)
+        if tls is not None:
+            served, is_tls = await tls.accept(stream)
+            if served is None:
+                return  # silent, broken, or plaintext where TLS is enforced
+            stream = served
+            state.tls += is_tls
         await _serve_connection(service, limits, state, stream, peer)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
@@ -416,21 +402,6 @@ async def handle_grpc_stream(
         state.connections -= 1
         service.connection_closed(peer)
         await trio.aclose_forcefully(stream)
-
-
-async def _speaks_tls(stream: trio.abc.Stream) -> bool | None:
-    """Whether the first byte is a TLS handshake record (0x16), without consuming it; None
-    when the peer closed or reset the connection first."""
-    sock = getattr(stream, "socket", None)
-    if sock is None:
-        return False  # memory streams in tests: plaintext
-    try:
-        first = await sock.recv(1, socket.MSG_PEEK)
-    except OSError:
-        return None
-    if not first:
-        return None
-    return bool(first[0] == 0x16)
 
 
 class _Connection:

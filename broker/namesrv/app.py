@@ -13,8 +13,10 @@ told it, and brokers register with all of them.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import trio
 
@@ -27,6 +29,7 @@ from broker.namesrv.processors import NAMESRV
 from broker.namesrv.routes import RouteTable
 from broker.remoting.server import BoundRegistry, ServerLimits, serve_remoting
 from broker.store.files import read_optional
+from broker.tls import TlsMode, TlsPolicy, server_context
 from protocol.acl import authorize_namesrv
 from protocol.errors import ProtocolError
 
@@ -95,8 +98,12 @@ async def serve_namesrv(
     with trio.CancelScope() as scope:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(scan_expired, ctx)
+            tls = TlsPolicy(
+                TlsMode(config.tls_mode),
+                server_context(config.tls_cert, config.tls_key, now=_utc()),
+            )
             await nursery.start(
-                serve_remoting,
+                partial(serve_remoting, tls=tls),
                 BoundRegistry(NAMESRV, ctx, guard=guard, state=ctx.server),
                 listeners,
                 ServerLimits.of(config),
@@ -106,3 +113,9 @@ async def serve_namesrv(
                       broker_expire_s=config.broker_expire_s)  # fmt: skip
             task_status.started(NamesrvHandle(port, address, ctx, scope))
     _log.info("namesrv stopped", address=address)
+
+
+def _utc() -> datetime.datetime:
+    """Now, for a self-signed certificate's validity (the name server's injected clock is
+    trio's monotonic one, which says nothing of the date)."""
+    return datetime.datetime.now(tz=datetime.UTC)

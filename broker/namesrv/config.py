@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.config import ConfigError, check_acl_file, merge_sources
+from broker.config import TLS_MODES, ConfigError, check_acl_file, merge_sources
 
 ENV_PREFIX = "TRIMQ_NAMESRV_"
 
@@ -38,8 +38,17 @@ class NamesrvConfig:
     #: credentials from this ``plain_acl.yml`` file (reloaded when it changes); route
     #: queries stay open. None = off.
     acl_file: Path | None = None
+    #: TLS as on a broker's ports (``broker.tls``): permissive (TLS and plaintext by the
+    #: first byte), enforcing or disabled; the certificate is self-signed without these.
+    tls_mode: str = "permissive"
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
 
     def __post_init__(self) -> None:
+        if self.tls_mode not in TLS_MODES:
+            raise ConfigError(f"tls_mode must be one of {TLS_MODES}, not {self.tls_mode!r}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_cert and tls_key go together")
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"port {self.port} is outside 0..65535")
         for name in ("broker_expire_s", "scan_interval_s"):
@@ -61,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--acl-file",
         help="ACL on: broker registrations need credentials from this plain_acl.yml",
     )
+    p.add_argument(
+        "--tls-mode",
+        choices=TLS_MODES,
+        help="TLS: permissive (default: TLS and plaintext), enforcing, disabled",
+    )
+    p.add_argument("--tls-cert", help="PEM certificate for TLS")
+    p.add_argument("--tls-key", help="PEM key (unencrypted) of --tls-cert")
     p.add_argument("--config", help="namesrv.toml with the same settings")
     return p
 

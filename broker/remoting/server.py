@@ -42,6 +42,7 @@ from broker.logs import get_logger
 from broker.peers import peer_of
 from broker.remoting.connection import Connection, encode_reply, run_writer
 from broker.remoting.dispatch import Registry
+from broker.tls import TlsPolicy
 from protocol.command import RemotingCommand
 from protocol.connection import (
     NEED_DATA,
@@ -188,6 +189,8 @@ class ServerStatistics:
     unsent: int
     #: Requests the ACL refused (answered NO_PERMISSION, or dropped when oneway).
     denied: int = 0
+    #: Connections served over TLS since the start.
+    tls: int = 0
 
 
 class ServerState:
@@ -206,6 +209,8 @@ class ServerState:
         self.malformed = 0
         self.broken_framing = 0
         self.denied = 0
+        #: Connections served over TLS since the start.
+        self.tls = 0
         # Tasks in wait_drained; empty (and so free to poke) except during a stop.
         self._drain_waiters = trio.lowlevel.ParkingLot()
 
@@ -263,6 +268,7 @@ class ServerState:
             broken_framing=self.broken_framing,
             unsent=sum(c.unsent for c in self.open_connections),
             denied=self.denied,
+            tls=self.tls,
         )
 
 
@@ -273,16 +279,26 @@ async def serve_remoting(
     limits: ServerLimits,
     state: ServerState,
     *,
+    tls: TlsPolicy | None = None,
     task_status: trio.TaskStatus[list[ListenerT]] = trio.TASK_STATUS_IGNORED,
 ) -> NoReturn:
-    """Serve Remoting on ``listeners`` until cancelled; reports them when listening."""
+    """Serve Remoting on ``listeners`` until cancelled; reports them when listening. With
+    ``tls``, each connection is first told TLS or plaintext by its first byte (and refused
+    as its mode says, :class:`broker.tls.TlsPolicy`)."""
     await trio.serve_listeners(
-        partial(handle_stream, dispatcher, limits, state), listeners, task_status=task_status
+        partial(handle_stream, dispatcher, limits, state, tls=tls),
+        listeners,
+        task_status=task_status,
     )
 
 
 async def handle_stream(
-    dispatcher: Dispatcher, limits: ServerLimits, state: ServerState, stream: trio.abc.Stream
+    dispatcher: Dispatcher,
+    limits: ServerLimits,
+    state: ServerState,
+    stream: trio.abc.Stream,
+    *,
+    tls: TlsPolicy | None = None,
 ) -> None:
     """Serve one connection until it closes, its framing breaks, or the server stops; the
     stream is always closed."""
@@ -291,9 +307,18 @@ async def handle_stream(
         _log.warning("connection refused: limit reached", limit=limits.max_connections)
         await stream.aclose()
         return
+    peer = peer_of(stream)
+    if tls is not None:
+        served, is_tls = await tls.accept(stream)
+        if served is None:
+            state.refused += 1
+            await trio.aclose_forcefully(stream)
+            return
+        stream = served
+        state.tls += is_tls
     send, receive = trio.open_memory_channel[bytes](limits.write_queue)
     protocol = RemotingConnection(Role.SERVER, max_frame_size=limits.max_frame_size)
-    conn = Connection(peer_of(stream), send, stream, protocol, on_idle=state.poke)
+    conn = Connection(peer, send, stream, protocol, on_idle=state.poke)
     state.opened(conn)
     try:
         async with trio.open_nursery() as nursery:

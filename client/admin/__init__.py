@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import ssl
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -52,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="ACL account to sign with (default: $TRIMQ_ACCESS_KEY)")  # fmt: skip
     parser.add_argument("--secret-key", "--secretKey", dest="secret_key", metavar="SK",
                         help="its secret (default: $TRIMQ_SECRET_KEY)")  # fmt: skip
+    parser.add_argument(
+        "--tls", action="store_true", help="TLS, verifying the server (system certificates)"
+    )
+    parser.add_argument(
+        "--tls-ca", metavar="PEM", help="TLS, trusting this certificate (a private CA)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for family in (topics, groups, cluster, consumer, messages, consume):
         family.register(sub)
@@ -113,8 +120,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if args.access_key is not None or args.secret_key is not None:
             config = replace(config, access_key=args.access_key, secret_key=args.secret_key)
+        if args.tls_ca is not None:
+            context = ssl.create_default_context(cafile=args.tls_ca)
+            context.check_hostname = False  # brokers advertise IP addresses
+            config = replace(config, tls=context)
+        elif args.tls:
+            config = replace(config, tls=True)
     except ValueError as exc:  # an access key without its secret, from flags or environment
         parser.error(str(exc))
+    except OSError as exc:  # --tls-ca unreadable (ssl.SSLError included)
+        parser.error(f"--tls-ca: {exc}")
     configured = _quiet_logging()
     try:
         result = anyio.run(_run, args, config)

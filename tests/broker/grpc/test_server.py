@@ -33,6 +33,7 @@ import trustme
 from hyperframe.frame import GoAwayFrame
 
 import broker.grpc.server as server_module
+import broker.tls as tls_module
 from broker.grpc.server import (
     Call,
     GrpcError,
@@ -42,6 +43,7 @@ from broker.grpc.server import (
     handle_grpc_stream,
     serve_grpc,
 )
+from broker.tls import TlsMode, TlsPolicy
 from protocol.grpc import schema
 from protocol.grpc.codes import Code, GrpcStatus
 from protocol.grpc.framing import percent_decode
@@ -172,7 +174,10 @@ async def serve_fake(
     port = listeners[0].socket.getsockname()[1]
     async with trio.open_nursery() as nursery:
         await nursery.start(
-            partial(serve_grpc, ssl_context=ssl_context),
+            partial(
+                serve_grpc,
+                tls=None if ssl_context is None else TlsPolicy(TlsMode.PERMISSIVE, ssl_context),
+            ),
             service,
             listeners,
             limits or GrpcLimits(),
@@ -582,7 +587,7 @@ async def test_broker_serves_a_self_signed_certificate_without_settings(tmp_path
 async def test_broker_drops_a_silent_client_after_the_first_byte_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(server_module, "FIRST_BYTE_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(tls_module, "FIRST_BYTE_TIMEOUT_S", 0.3)
     with trio.fail_after(TIMEOUT):
         async with open_broker(tmp_path) as handle:
             assert handle.grpc_port is not None
