@@ -7,9 +7,12 @@ import ipaddress
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from protocol.acl import (
     ADMIN_CODES,
+    RESOURCES,
     AclConfigError,
     AclRules,
     AddressPattern,
@@ -380,3 +383,41 @@ def test_name_server_protects_registration_only() -> None:
     delete = RequestCode.DELETE_TOPIC_IN_NAMESRV
     assert "not admin" in (ask(signed(delete, {"topic": "t"}, who="producer1")) or "")
     assert ask(signed(delete, {"topic": "t"}, who="admin01")) is None
+
+
+_KEYS = st.sampled_from(
+    ["AccessKey", "Signature", "topic", "b", "consumerGroup", "group", "_UNIQUE_KEY_QUERY", "x"]
+)
+_NAMES = st.sampled_from(["producer1", "consumer1", "admin01", "", "%RETRY%cg", "secret", "é"])
+
+
+@given(
+    code=st.sampled_from(
+        sorted(
+            {
+                *RESOURCES,
+                *ADMIN_CODES,
+                RequestCode.HEART_BEAT,
+                RequestCode.BATCH_ACK_MESSAGE,
+                105,
+                9999,
+            }
+        )
+    ),
+    ext=st.dictionaries(_KEYS, _NAMES | st.text(max_size=20), max_size=6),
+    body=st.binary(max_size=64) | st.sampled_from([b"{}", b"[]", b'{"clientID": 1}', b"null"]),
+    version=st.integers(-(2**15), 2**15 - 1),
+    peer=st.sampled_from(["127.0.0.1", "10.0.0.9", "192.168.7.1", "::1", "?"]),
+    sign_as=st.sampled_from([None, *KEYS]),
+)
+def test_any_request_gets_a_decision_never_an_exception(
+    code: int, ext: dict[str, str], body: bytes, version: int, peer: str, sign_as: str | None
+) -> None:
+    """Garbage headers and bodies (signatures over garbage included) are decided, never
+    crash the check."""
+    cmd = request(code, 1, ext, body, version=version)
+    if sign_as is not None:
+        cmd = sign(cmd, sign_as, KEYS[sign_as])
+    for decide in (authorize_request, authorize_namesrv):
+        refusal = decide(RULES, cmd, parse_ip(peer))
+        assert refusal is None or (refusal.remark and len(refusal.remark) < 400)
