@@ -327,6 +327,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--acl-secret-key",
         help="its secret (better in TRIMQ_ACL_SECRET_KEY: flags show in the process list)",
     )
+    p.add_argument(
+        "--idle-timeout-s",
+        type=float,
+        help="close a connection silent this long with nothing waiting (default 120, 0: never)",
+    )
+    p.add_argument(
+        "--max-waiting-per-connection",
+        type=int,
+        help="long polls one connection may have waiting (default 64; beyond: SYSTEM_BUSY)",
+    )
     p.add_argument("--config", help="broker.toml with the same settings")
     return p
 

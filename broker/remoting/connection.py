@@ -61,6 +61,11 @@ class Connection:
     closed: bool = False
     #: Frames queued or being written, not yet handed to the socket.
     unsent: int = 0
+    #: Requests of this connection running in tasks of their own (long polls, stores in
+    #: SYNC mode): capped by the server, and a connection with any is never idle.
+    waiting: int = 0
+    #: When the connection last did something (a read, a waiting request answered), trio time.
+    last_active: float = field(default_factory=trio.current_time)
     #: Replies held by the reader for its next :meth:`flush`.
     held: list[bytes] = field(default_factory=list)
 

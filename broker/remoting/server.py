@@ -31,6 +31,7 @@ scope.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -43,6 +44,7 @@ from broker.peers import peer_of
 from broker.remoting.connection import Connection, encode_reply, run_writer
 from broker.remoting.dispatch import Registry
 from broker.tls import TlsPolicy
+from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.connection import (
     NEED_DATA,
@@ -150,11 +152,24 @@ class ServerLimits:
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
     #: Replies queued per connection before handlers wait (back-pressure).
     write_queue: int = 256
+    #: Requests of one connection that may wait (long polls; stores in SYNC mode) running at
+    #: once; beyond it a request is answered SYSTEM_BUSY at once, so memory stays bounded.
+    max_waiting_per_connection: int = 64
+    #: A connection that sends nothing and has nothing running or unsent for this long is
+    #: closed (None: never).
+    idle_timeout_s: float | None = 120.0
 
     @classmethod
     def of(cls, config: _LimitSettings) -> ServerLimits:
-        """The limits a broker or name-server config sets."""
-        return cls(config.max_connections, config.max_frame_size, config.write_queue)
+        """The limits a broker or name-server config sets (the last two only a broker's)."""
+        idle = getattr(config, "idle_timeout_s", 120.0)
+        return cls(
+            config.max_connections,
+            config.max_frame_size,
+            config.write_queue,
+            getattr(config, "max_waiting_per_connection", 64),
+            idle if idle and idle > 0 else None,
+        )
 
 
 class _LimitSettings(Protocol):
@@ -191,6 +206,10 @@ class ServerStatistics:
     denied: int = 0
     #: Connections served over TLS since the start.
     tls: int = 0
+    #: Requests answered SYSTEM_BUSY (their connection had too many waiting).
+    busy: int = 0
+    #: Connections closed for idleness.
+    idle_closed: int = 0
 
 
 class ServerState:
@@ -211,6 +230,10 @@ class ServerState:
         self.denied = 0
         #: Connections served over TLS since the start.
         self.tls = 0
+        #: Requests answered SYSTEM_BUSY: their connection had too many waiting.
+        self.busy = 0
+        #: Connections closed for idleness.
+        self.idle_closed = 0
         # Tasks in wait_drained; empty (and so free to poke) except during a stop.
         self._drain_waiters = trio.lowlevel.ParkingLot()
 
@@ -269,6 +292,8 @@ class ServerState:
             unsent=sum(c.unsent for c in self.open_connections),
             denied=self.denied,
             tls=self.tls,
+            busy=self.busy,
+            idle_closed=self.idle_closed,
         )
 
 
@@ -324,7 +349,7 @@ async def handle_stream(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run_writer, conn, stream, receive)
             try:
-                await _read_requests(dispatcher, state, conn, stream, nursery)
+                await _read_requests(dispatcher, limits, state, conn, stream, nursery)
             finally:
                 nursery.cancel_scope.cancel()
     except* (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -340,25 +365,44 @@ async def handle_stream(
 
 async def _read_requests(
     dispatcher: Dispatcher,
+    limits: ServerLimits,
     state: ServerState,
     conn: Connection,
     stream: trio.abc.ReceiveStream,
     nursery: trio.Nursery,
 ) -> None:
+    idle_s = limits.idle_timeout_s if limits.idle_timeout_s is not None else math.inf
     while True:
         try:
-            data = await stream.receive_some(RECEIVE_SIZE)
+            # Silence counts from the last request read or the last waiting one answered.
+            with trio.move_on_at(conn.last_active + idle_s) as idle:
+                data = await stream.receive_some(RECEIVE_SIZE)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
+        if idle.cancelled_caught:
+            now = trio.current_time()
+            if conn.waiting or conn.unsent:  # a parked poll or a reply on its way: not idle
+                conn.last_active = now
+                continue
+            if now < conn.last_active + idle_s:  # a waiting request finished meanwhile
+                continue
+            state.idle_closed += 1
+            _log.info("closing idle connection", peer=conn.peer, idle_s=idle_s)
+            return
+        conn.last_active = trio.current_time()
         conn.protocol.receive_data(data)
-        more = await _run_requests(dispatcher, state, conn, nursery)
+        more = await _run_requests(dispatcher, limits, state, conn, nursery)
         await conn.flush()  # the burst's replies, before a close too
         if not more:
             return
 
 
 async def _run_requests(
-    dispatcher: Dispatcher, state: ServerState, conn: Connection, nursery: trio.Nursery
+    dispatcher: Dispatcher,
+    limits: ServerLimits,
+    state: ServerState,
+    conn: Connection,
+    nursery: trio.Nursery,
 ) -> bool:
     """Run every complete request; False when the connection must close."""
     protocol = conn.protocol
@@ -374,6 +418,17 @@ async def _run_requests(
         if type(event) is Request:  # the common case first
             cmd = event.command
             if dispatcher.may_wait(cmd.code):
+                if conn.waiting >= limits.max_waiting_per_connection:
+                    state.busy += 1
+                    if not cmd.is_oneway:
+                        busy = cmd.response(
+                            ResponseCode.SYSTEM_BUSY,
+                            f"system busy: {conn.waiting} requests of this connection wait "
+                            f"(limit {limits.max_waiting_per_connection})",
+                        )
+                        conn.hold(encode_reply(protocol, cmd, busy))
+                    continue
+                conn.waiting += 1
                 nursery.start_soon(_run_request, dispatcher, state, conn, cmd)
             else:
                 await _run_inline(dispatcher, state, conn, cmd)
@@ -405,13 +460,16 @@ async def _run_inline(
 async def _run_request(
     dispatcher: Dispatcher, state: ServerState, conn: Connection, cmd: RemotingCommand
 ) -> None:
-    """Run a request in a task of its own; it writes its reply itself."""
+    """Run a request in a task of its own (counted in ``conn.waiting`` by its starter); it
+    writes its reply itself."""
     state.request_started()
     try:
         reply = await dispatcher.dispatch(conn, cmd)
         if reply is not None and not cmd.is_oneway:
             await conn.send_response(cmd, reply)
     finally:
+        conn.waiting -= 1
+        conn.last_active = trio.current_time()
         # Only once the reply is handed over: a graceful stop waits for in_flight == 0 and
         # then for the writers to drain.
         state.request_finished()

@@ -842,3 +842,53 @@ async def test_producers_cannot_write_system_dead_letter_or_pop_retry_topics(
             # The connection goes on; the trace topic and a classic retry topic stay open.
             for allowed in ("RMQ_SYS_TRACE_TOPIC", "%RETRY%some_group"):
                 sent(await client.request(send_v2(send_header(allowed))))
+
+
+# ---------------------------------------------------------------- per-connection limits
+async def test_memory_stream_waiting_requests_are_capped_per_connection(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    dispatcher, state = FakeDispatcher(), ServerState()
+    limits = ServerLimits(max_waiting_per_connection=2)
+    async with memory_server(dispatcher, state, limits) as client:
+        parked = [client.next_opaque() for _ in range(2)]
+        for opaque in parked:
+            await client.send(request(PARK, opaque))
+        # The third waits for nothing: SYSTEM_BUSY at once, never an empty-poll answer.
+        busy = await client.call(PARK)
+        assert busy.code == ResponseCode.SYSTEM_BUSY and "limit 2" in (busy.remark or "")
+        assert (await client.call(QUICK)).code == ResponseCode.SUCCESS  # quick ones still run
+        async with memory_server(dispatcher, state, limits) as other:
+            other_opaque = other.next_opaque()
+            await other.send(request(PARK, other_opaque))  # another connection's own budget
+            await trio.testing.wait_all_tasks_blocked()
+            assert not other.has_reply(other_opaque)
+            dispatcher.release.set()  # every parked one is answered: the slots free
+            assert (await other.reply(other_opaque)).code == ResponseCode.SUCCESS
+        for opaque in parked:
+            assert (await client.reply(opaque)).code == ResponseCode.SUCCESS
+        assert (await client.call(PARK)).code == ResponseCode.SUCCESS
+    assert state.statistics().busy == 1
+
+
+async def test_memory_stream_idle_connections_are_closed_unless_something_waits(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    dispatcher, state = FakeDispatcher(), ServerState()
+    limits = ServerLimits(idle_timeout_s=120)
+    async with memory_server(dispatcher, state, limits) as client:
+        # A parked poll keeps its connection: never idle while something waits.
+        parked = client.next_opaque()
+        await client.send(request(PARK, parked))
+        await trio.sleep(300)
+        assert not client.closed.is_set()
+        dispatcher.release.set()
+        assert (await client.reply(parked)).code == ResponseCode.SUCCESS
+        # Traffic keeps it too; silence past the timeout closes it (between 120 and 125 s).
+        await trio.sleep(100)
+        assert (await client.call(QUICK)).code == ResponseCode.SUCCESS
+        silent_from = trio.current_time()
+        with trio.fail_after(200):
+            await client.closed.wait()
+        assert 120 <= trio.current_time() - silent_from <= 125
+    assert state.statistics().idle_closed == 1
