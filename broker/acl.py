@@ -127,6 +127,18 @@ class AclGuard:
         self._refused(peer, cmd, refusal)
         return cmd.response(ResponseCode.NO_PERMISSION, refusal.remark)
 
+    def refusal(
+        self, peer: str, decide: Callable[[AclRules, IPAddress | None], Refusal | None]
+    ) -> Refusal | None:
+        """Run another front end's decision (gRPC) over the current rules: None if the call
+        may run, else its refusal (counted and logged like a Remoting one)."""
+        if self._clock() - self._checked >= self.check_interval_s:
+            self.check_file()
+        refusal = decide(self.rules, peer_ip(peer))
+        if refusal is not None:
+            self.refused += 1
+        return refusal
+
     def check_file(self) -> bool:
         """Reload the file if it changed; True if new rules are in force."""
         self._checked = self._clock()

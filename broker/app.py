@@ -15,6 +15,8 @@ from functools import partial
 
 import trio
 
+from broker.acl import AclGuard
+
 # Registering the processors is a side effect of importing them.
 from broker.clock import SYSTEM_CLOCK, Clock, DiskProbe, disk_used_ratio
 from broker.config import BrokerConfig
@@ -124,7 +126,10 @@ async def serve_broker(
                         if config.namesrv_addr
                         else None
                     )
-                    service = build_service(broker, GrpcEndpoint(host, grpc_port), cluster)
+                    # One ACL file, one guard: both front ends see the same rules and reloads.
+                    guard = dispatcher.guard
+                    acl = guard if isinstance(guard, AclGuard) else None
+                    service = build_service(broker, GrpcEndpoint(host, grpc_port), cluster, acl)
                     grpc_context = server_context(
                         config.tls_cert, config.tls_key, now=now, alpn=("h2",)
                     )

@@ -23,6 +23,7 @@ from typing import Any, Final
 import trio
 from google.protobuf.message import DecodeError
 
+from broker.acl import AclGuard
 from broker.core.broker import Broker
 from broker.core.pop import PopBatch, Popped
 from broker.core.send import Scheduled, SendRequest, born_host_of
@@ -33,6 +34,9 @@ from broker.grpc.server import Call, GrpcError, Handler
 from broker.grpc.status import code_of_error, code_of_put, status
 from broker.logs import get_logger
 from broker.schedule import delivery_time
+from protocol.acl import grpc as acl_grpc
+from protocol.acl.decide import Refusal
+from protocol.acl.rules import AclRules, IPAddress
 from protocol.bodies.route import is_readable, is_writeable
 from protocol.errors import ReceiptError, TrimqError
 from protocol.grpc import schema
@@ -103,12 +107,15 @@ class MessagingService:
         endpoint: GrpcEndpoint,
         clients: GrpcClients,
         cluster: ClusterRoutes | None = None,
+        acl: AclGuard | None = None,
     ) -> None:
         self.broker = broker
         self.endpoint = endpoint
         self.clients = clients
         #: The cluster's routes (name servers), None for a standalone broker.
         self.cluster = cluster
+        #: ACL 1.0 (``--acl-file``): every call's credential and rights; None when off.
+        self.acl = acl
         unary: dict[str, Callable[[Call, Any], Awaitable[Any]]] = {
             "QueryRoute": self.query_route,
             "Heartbeat": self.heartbeat,
@@ -122,7 +129,8 @@ class MessagingService:
             "RecallMessage": self.recall_message,
         }
         self._handlers: dict[str, Handler] = {
-            _PATH + name: _unary(schema.METHODS[_PATH + name], fn) for name, fn in unary.items()
+            _PATH + name: _unary(schema.METHODS[_PATH + name], name, fn, self.denied)
+            for name, fn in unary.items()
         }
         self._handlers[_PATH + "ReceiveMessage"] = self.receive_message
         self._handlers[_PATH + "Telemetry"] = self.telemetry
@@ -151,6 +159,28 @@ class MessagingService:
         """Receives park and Telemetry streams; in SYNC flush mode the calls that store a
         record wait for its fsync. Everything else is quick."""
         return path in self._waiting
+
+    # ------------------------------------------------------------------ ACL
+    def denied(self, call: Call, method: str, req: Any) -> Any | None:
+        """The status refusing a call (UNAUTHORIZED: no valid credential; FORBIDDEN: no
+        right on a resource it names), None when it may run or ACL is off."""
+        if self.acl is None:
+            return None
+        needs = acl_grpc.needs_of(method, req)
+        unauthenticated: list[bool] = []
+
+        def decide(rules: AclRules, peer: IPAddress | None) -> Refusal | None:
+            found = acl_grpc.authorize_call(rules, call.metadata, peer, needs)
+            if found is None:
+                return None
+            unauthenticated.append(found[1])
+            return found[0]
+
+        refusal = self.acl.refusal(call.peer, decide)
+        if refusal is None:
+            return None
+        code = Code.UNAUTHORIZED if unauthenticated[0] else Code.FORBIDDEN
+        return status(code, refusal.remark)
 
     # ------------------------------------------------------------------ routes
     async def query_route(self, call: Call, req: Any) -> Any:
@@ -257,6 +287,11 @@ class MessagingService:
                     continue
                 if command.WhichOneof("command") != "settings":
                     continue  # thread stack traces, verify results: nothing asked for them
+                if (refused := self.denied(call, "Telemetry", command)) is not None:
+                    answer = schema.TelemetryCommand()
+                    answer.status.CopyFrom(refused)
+                    await call.send(answer.SerializeToString())
+                    continue
                 try:
                     settings = self.clients.apply_settings(call.client_id, command.settings, call)
                 except (ValueError, TrimqError) as exc:
@@ -402,6 +437,9 @@ class MessagingService:
         req = _parse(schema.ReceiveMessageRequest, await call.request())
         if not call.client_id:
             _send_receive_status(call, Code.CLIENT_ID_REQUIRED, "x-mq-client-id missing")
+            return
+        if (refused := self.denied(call, "ReceiveMessage", req)) is not None:
+            _send_receive_status(call, refused.code, refused.message)
             return
         topic = req.message_queue.topic.name
         try:
@@ -579,13 +617,21 @@ def _refusal(exc: Exception, *, name_code: Code = Code.BAD_REQUEST) -> Any:
     return status(code_of_error(exc, name_code=name_code), str(exc))
 
 
-def _unary(method: schema.Method, fn: Callable[[Call, Any], Awaitable[Any]]) -> Handler:
+def _unary(
+    method: schema.Method,
+    name: str,
+    fn: Callable[[Call, Any], Awaitable[Any]],
+    denied: Callable[[Call, str, Any], Any | None],
+) -> Handler:
     async def handle(call: Call) -> None:
         req = _parse(method.request, await call.request())
         out: Any
         if not call.client_id:
             out = method.response()
             out.status.CopyFrom(status(Code.CLIENT_ID_REQUIRED, "x-mq-client-id missing"))
+        elif (refused := denied(call, name, req)) is not None:
+            out = method.response()
+            out.status.CopyFrom(refused)
         else:
             out = await fn(call, req)
         call.send_nowait(out.SerializeToString())
@@ -669,7 +715,10 @@ def _born_ms(system: Any, now_ms: int) -> int:
 
 
 def build_service(
-    broker: Broker, endpoint: GrpcEndpoint, cluster: ClusterRoutes | None = None
+    broker: Broker,
+    endpoint: GrpcEndpoint,
+    cluster: ClusterRoutes | None = None,
+    acl: AclGuard | None = None,
 ) -> MessagingService:
     """The gRPC front end over ``broker``, reached at ``endpoint``; ``cluster``: the routes of
     the cluster it belongs to (None: standalone)."""
@@ -679,4 +728,4 @@ def build_service(
         broker.pops.release,
         max_message_size=broker.config.max_message_size,
     )
-    return MessagingService(broker, endpoint, clients, cluster)
+    return MessagingService(broker, endpoint, clients, cluster, acl)
