@@ -15,8 +15,12 @@
  *
  *   produce --topic T --plan plan.json
  *     sends every message of the plan ({"messages": [{"body", "tag", "keys", "properties",
- *     "group"}]}, all but "body" optional; "group" is a FIFO message group), one "sent"
- *     event per receipt ({"index", "message_id", "offset", "queue_id"}).
+ *     "group", "topic", "refused"}]}, all but "body" optional; "group" is a FIFO message
+ *     group, "topic" another topic than T, the producer's), one "sent" event per receipt
+ *     ({"index", "message_id", "offset", "queue_id"}), or "refused" ({"index", "errors"})
+ *     for a message the plan expects to be refused. A startup that fails (its route query
+ *     refused, say) is "startup_failed" ({"ms", "errors"}); the producer is shut down and
+ *     the process exits 4.
  *   simple --topic T --group G --count N [--change-key K] [--drain 1] --within MS
  *          [--filter-type TAG|SQL92 --expression E]
  *     a SimpleConsumer (await duration 5 s, invisible duration 15 s) receives until it has
@@ -39,6 +43,10 @@
  *     N start/shutdown cycles of one client kind ("cycle" per cycle, with its timings); a
  *     producer sends one message per cycle, a push consumer waits until its first receive
  *     is in flight ("Start to fetch" in its log).
+ *
+ * With --access-key AK --secret-key SK every client gets sessionCredentials (an ACL account);
+ * without, it sends no authorization metadata. "errors" are an error and its causes, each
+ * {"type", "code", "message"}.
  */
 
 const crypto = require('crypto');
@@ -92,8 +100,28 @@ const logger = {
 // (see shutdownPush for the standard one), so every such logger is `logger` instead.
 require('rocketmq-client-nodejs/dist/client/Logger').getDefaultLogger = () => logger;
 
+// The client's options; with --access-key (and --secret-key) its sessionCredentials, which
+// sign every call (metadata `authorization: MQv2-HMAC-SHA1 Credential=...`).
 function base(args) {
-  return { endpoints: args.endpoints, namespace: '', sslEnabled: false, logger };
+  const options = { endpoints: args.endpoints, namespace: '', sslEnabled: false, logger };
+  if (args.accessKey !== undefined) {
+    options.sessionCredentials = { accessKey: args.accessKey, accessSecret: args.secretKey || '' };
+  }
+  return options;
+}
+
+// An error as the test checks it, with its chain of causes (the client wraps a startup
+// failure twice around the status error that caused it).
+function errorOf(err) {
+  const chain = [];
+  for (let e = err; e && chain.length < 5; e = e.cause) {
+    chain.push({
+      type: e.constructor ? e.constructor.name : null,
+      code: e.code === undefined ? null : e.code,
+      message: String(e.message),
+    });
+  }
+  return chain;
 }
 
 function sha256(buffer) {
@@ -129,17 +157,35 @@ async function timed(fn) {
 async function produce(args) {
   const plan = JSON.parse(fs.readFileSync(args.plan, 'utf8'));
   const producer = new Producer({ ...base(args), topics: [ args.topic ] });
-  emit('started', { startup_ms: await timed(() => producer.startup()) });
+  const t0 = Date.now();
+  try {
+    await producer.startup();
+  } catch (err) {
+    emit('startup_failed', { ms: Date.now() - t0, errors: errorOf(err) });
+    process.exitCode = 4;
+    emit('stopped', { shutdown_ms: await timed(() => producer.shutdown()) });
+    return;
+  }
+  emit('started', { startup_ms: Date.now() - t0 });
   try {
     for (const [ index, item ] of plan.messages.entries()) {
       const options = {
-        topic: args.topic,
+        topic: item.topic || args.topic,
         body: Buffer.from(item.body, 'utf8'),
         keys: item.keys || [],
         properties: new Map(Object.entries(item.properties || {})),
       };
       if (item.tag) options.tag = item.tag;
       if (item.group) options.messageGroup = item.group;
+      if (item.refused) {
+        try {
+          await producer.send(options);
+        } catch (err) {
+          emit('refused', { index, errors: errorOf(err) });
+          continue;
+        }
+        throw new Error(`message ${index} was sent; it should have been refused`);
+      }
       const receipt = await producer.send(options);
       emit('sent', {
         index, message_id: receipt.messageId, offset: receipt.offset,

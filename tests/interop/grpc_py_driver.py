@@ -10,9 +10,10 @@ Scenarios:
 
 ``produce --plan FILE``
     sends each message of the plan (a JSON list of ``{"topic", "body", "tag"?, "keys"?,
-    "properties"?, "deliver_at_s"?, "group"?, "refused"?}``) with one Producer; ``sent`` per
-    message (``message_id``, ``offset``, the queue the client picked), or ``refused`` (the
-    error) for those the plan expects to be refused.
+    "properties"?, "deliver_at_s"?, "group"?, "refused"?}``) with one Producer (created with
+    the plan's topics, or ``--topics``); ``sent`` per message (``message_id``, ``offset``,
+    the queue the client picked), or ``refused`` (the error) for those the plan expects to be
+    refused.
 ``receive --group G --topic T --count N [--drain]``
     one SimpleConsumer: ``receive(32, --invisible)`` until N messages came (or ``--within``
     seconds passed), acking each; ``received`` per message (every field the client exposes).
@@ -60,6 +61,9 @@ Scenarios:
 The consumers subscribe to ``--topic`` with ``--expression`` (``*`` by default) of
 ``--filter-type`` ``TAG`` (the default) or ``SQL92`` (the client's ``FilterType.SQL``: an
 SQL92 selector over the message's properties, ``TAGS`` standing for its tag).
+
+Every client signs its calls with ``--access-key`` and ``--secret-key`` (an ACL account's;
+``Credentials`` of empty strings by default, as for a broker without ACL).
 
 Every scenario ends with ``client_log`` (the ERROR lines of the client's own log file, and
 whether it has any traceback) and ``done``.
@@ -119,8 +123,12 @@ TLS = os.environ.get("TRIMQ_DRIVER_TLS") == "1"
 FILTER_TYPES: dict[str, Any] = {"TAG": FilterType.TAG, "SQL92": FilterType.SQL}
 
 
-def config(endpoint: str) -> ClientConfiguration:
-    return ClientConfiguration(endpoint, Credentials("", ""), request_timeout=REQUEST_TIMEOUT)
+def config(args: argparse.Namespace) -> ClientConfiguration:
+    """The client's configuration: ``--endpoint`` and the credentials (``--access-key`` and
+    ``--secret-key``; empty by default: the client still sends its ``authorization`` metadata,
+    with an empty ``Credential``)."""
+    credentials = Credentials(args.access_key, args.secret_key)
+    return ClientConfiguration(args.endpoint, credentials, request_timeout=REQUEST_TIMEOUT)
 
 
 def describe(msg: Any) -> dict[str, Any]:
@@ -165,8 +173,8 @@ def bounded(within: float) -> Callable[[], bool]:
 # ------------------------------------------------------------------ scenarios
 def produce(args: argparse.Namespace) -> None:
     plan = json.loads(Path(args.plan).read_text(encoding="utf-8"))
-    topics = sorted({item["topic"] for item in plan})
-    producer = Producer(config(args.endpoint), tuple(topics), tls_enable=TLS)
+    topics = args.topics.split(",") if args.topics else sorted({item["topic"] for item in plan})
+    producer = Producer(config(args), tuple(topics), tls_enable=TLS)
     started = time.monotonic()
     producer.startup()
     emit("started", seconds=time.monotonic() - started)
@@ -222,9 +230,7 @@ def subscription(args: argparse.Namespace) -> dict[str, FilterExpression]:
 
 def simple_consumer(args: argparse.Namespace, await_s: int) -> SimpleConsumer:
     sub = subscription(args)
-    consumer = SimpleConsumer(
-        config(args.endpoint), args.group, sub, await_duration=await_s, tls_enable=TLS
-    )
+    consumer = SimpleConsumer(config(args), args.group, sub, await_duration=await_s, tls_enable=TLS)
     started = time.monotonic()
     consumer.startup()
     emit("started", seconds=time.monotonic() - started)
@@ -380,7 +386,7 @@ class KeyedListener(MessageListener):  # type: ignore[misc]
 
 def push_consumer(args: argparse.Namespace) -> PushConsumer:
     sub = subscription(args)
-    return PushConsumer(config(args.endpoint), args.group, KeyedListener(), sub,
+    return PushConsumer(config(args), args.group, KeyedListener(), sub,
                         consumption_thread_count=4)  # fmt: skip
 
 
@@ -402,10 +408,10 @@ def cycles(args: argparse.Namespace) -> None:
         t0 = time.monotonic()
         client: Any
         if args.kind == "producer":
-            client = Producer(config(args.endpoint), (args.topic,))
+            client = Producer(config(args), (args.topic,))
         elif args.kind == "simple":
             sub = {args.topic: FilterExpression("*")}
-            client = SimpleConsumer(config(args.endpoint), args.group, sub, await_duration=5)
+            client = SimpleConsumer(config(args), args.group, sub, await_duration=5)
         else:
             client = push_consumer(args)
         client.startup()
@@ -459,7 +465,7 @@ def transactional_producer(args: argparse.Namespace) -> tuple[Producer, list[dic
     them, so the broker sends it their check-backs) with a :class:`PlannedChecker`."""
     plan = json.loads(Path(args.plan).read_text(encoding="utf-8"))
     topics = sorted({item["topic"] for item in plan})
-    producer = Producer(config(args.endpoint), tuple(topics), checker=PlannedChecker(plan),
+    producer = Producer(config(args), tuple(topics), checker=PlannedChecker(plan),
                         tls_enable=TLS)  # fmt: skip
     started = time.monotonic()
     producer.startup()
@@ -531,7 +537,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("scenario", choices=sorted(SCENARIOS))
     parser.add_argument("--endpoint", required=True, help="HOST:PORT of the gRPC port")
+    parser.add_argument("--access-key", default="", help="the ACL account's AccessKey")
+    parser.add_argument("--secret-key", default="", help="the ACL account's SecretKey")
     parser.add_argument("--plan", help="produce, transact, checker: the JSON plan")
+    parser.add_argument("--topics", help="produce: the Producer's topics (comma-separated)")
     parser.add_argument("--topic")
     parser.add_argument("--group")
     parser.add_argument("--expression", default="*")

@@ -35,6 +35,17 @@ receive.
    further long poll comes back empty and the group's cursor is past the rejected ones; a
    malformed expression is refused with ILLEGAL_FILTER_EXPRESSION (the client's
    BadRequestException).
+6. ACL (a broker with ``acl_file``; the driver's ``--access-key``/``--secret-key`` become the
+   client's ``sessionCredentials``, which sign every call: ``authorization: MQv2-HMAC-SHA1
+   Credential=<AK>, SignedHeaders=x-mq-date-time, Signature=<upper-case hex>``, the date in
+   UTC): a producer account with PUB on the topic and a consumer account with SUB on the
+   topic and the group send and receive every message once, intact, every call allowed. A
+   wrong secret (or no ``sessionCredentials``: no ``authorization`` at all) is refused
+   UNAUTHORIZED at the route query: ``startup()`` fails after its 3 tries, its Error's
+   cause's cause the UnauthorizedException (40100). Without PUB on a topic, a send there
+   raises ForbiddenException (40300): at the route query when the account has no right on
+   the topic, at each send attempt when it may only subscribe. Nothing refused is stored; the
+   client logs the refusals, with the stacks of the errors they raised, and exits cleanly.
 
 Client bugs worked around in the driver (not broker matters): the push consumer's consume
 services open their own file logger that shutdown never closes (Node would never exit; the
@@ -71,6 +82,19 @@ from tests.interop.grpc_broker import (
     grpc_broker,
     make_orderly,
     wait_until,
+)
+from tests.interop.test_grpc_python import (
+    ACL_GROUP,
+    ACL_OTHER_TOPIC,
+    ACL_SUB_ONLY_TOPIC,
+    ACL_TOPIC,
+    CONSUMER_AK,
+    CONSUMER_SK,
+    PRODUCER_AK,
+    PRODUCER_SK,
+    acl_file,
+    assert_signed,
+    watch_acl,
 )
 from tests.interop.test_interop import (
     DriverRun,
@@ -702,3 +726,223 @@ async def test_sql92_malformed_expression_is_refused(
             assert not any(s.lstrip().startswith("at ") for s in rest), report
             assert "UNAVAILABLE" not in "\n".join(stderr), report
             assert broker.in_flight() == 0
+
+
+# ------------------------------------------------------------------ 6. ACL
+UNAUTHORIZED, FORBIDDEN = 40100, 40300
+#: What the client's errors say before the broker's text (it never passes a request id).
+NODE_PREFIX = "[request-id=undefined, response-code={code}] "
+NO_CREDENTIAL = "no MQv2-HMAC-SHA1 credential: the call needs one (ACL is on)"
+
+
+def credentials(access_key: str, secret_key: str) -> tuple[str, ...]:
+    return ("--access-key", access_key, "--secret-key", secret_key)
+
+
+async def acl_produce(
+    node: NodeGrpc, label: str, plan: list[dict[str, Any]], *args: str
+) -> DriverRun:
+    """The ``produce`` mode to ACL_TOPIC with more ``args`` (credentials); the caller checks
+    how it ended."""
+    path = node.tmp / f"{label}.json"
+    path.write_text(json.dumps({"messages": plan}, ensure_ascii=False))
+    return await node.run(label, "produce", "--topic", ACL_TOPIC, "--plan", str(path), *args)
+
+
+def stored_in(broker: Running, topic: str) -> int:
+    store = broker.handle.broker.store
+    return sum(store.max_offset(topic, q) for q in range(8))
+
+
+def log_stacks(run: DriverRun) -> list[tuple[str, list[str]]]:
+    """Each stack trace in the client's log (the continuation lines util.format writes for
+    an Error), with the log line it belongs to."""
+    stacks: list[tuple[str, list[str]]] = []
+    head = ""
+    for line in run.stderr_path.read_text(errors="replace").splitlines():
+        if TIMESTAMPED.match(line):
+            head = line
+        elif line.lstrip().startswith("at "):
+            if not stacks or stacks[-1][0] != head:
+                stacks.append((head, []))
+            stacks[-1][1].append(line.strip())
+    return stacks
+
+
+async def test_acl_producer_and_simple_consumer_with_their_accounts(
+    node_grpc: Callable[[Running], NodeGrpc], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a broker with ACL, the official producer with ``sessionCredentials`` of an account
+    with PUB on the topic starts (its settings answered) and sends every message, and the
+    official SimpleConsumer with those of an account with SUB on the topic and the group
+    receives each once, intact (a further long poll finds nothing): every call carried the
+    credential (``Signature`` in upper-case hex, ``x-mq-date-time`` in UTC) and was allowed;
+    both processes end cleanly, no client error."""
+    decisions = watch_acl(monkeypatch)
+    plan: list[dict[str, Any]] = [
+        {"body": f"acl ✓ {i}", "tag": "TagAcl", "keys": [f"acl-{i}"],
+         "properties": {"n": str(i)}}
+        for i in range(4)
+    ]  # fmt: skip
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path, acl_file=acl_file(tmp_path)) as broker:
+            node = node_grpc(broker)
+            run = await acl_produce(node, "producer", plan, *credentials(PRODUCER_AK, PRODUCER_SK))
+            check_clean(run)
+            sent = run.of("sent")
+            assert [e["index"] for e in sent] == list(range(len(plan))), run.report()
+            consumer = await node.run(
+                "consumer", "simple", "--topic", ACL_TOPIC, "--group", ACL_GROUP,
+                "--count", str(len(plan)), "--drain", "1", "--within", "20000",
+                *credentials(CONSUMER_AK, CONSUMER_SK),
+            )  # fmt: skip
+            check_clean(consumer)
+            report = consumer.report()
+            received = consumer.of("received")
+            assert sorted(e["message_id"] for e in received) == sorted(
+                e["message_id"] for e in sent
+            ), report  # fmt: skip
+            by_id = {e["message_id"]: e for e in received}
+            for item, receipt in zip(plan, sent, strict=True):
+                event = by_id[receipt["message_id"]]
+                body = item["body"].encode()
+                assert (event["body_len"], event["body_sha256"]) == (len(body), sha256(body))
+                assert event["topic"] == ACL_TOPIC and event["tag"] == item["tag"], event
+                assert event["keys"] == item["keys"], event
+                assert event["properties"] == item["properties"], event
+                assert event["attempt"] == 1 and not event["corrupted"], event
+            assert len(consumer.of("acked")) == len(plan), report
+            (drained,) = consumer.of("drained")
+            assert drained["messages"] == [], report
+            assert stored_in(broker, ACL_TOPIC) == len(plan)
+            await wait_until("every lease acked", lambda: broker.in_flight() == 0, 10)
+
+            assert [d for d in decisions if d.code is not None] == []
+            secrets = {PRODUCER_AK: PRODUCER_SK, CONSUMER_AK: CONSUMER_SK}
+            assert_signed(decisions, secrets, upper=True)
+            methods = {(d.access_key, d.method) for d in decisions}
+            for method in ("QueryRoute", "Telemetry", "SendMessage"):
+                assert (PRODUCER_AK, method) in methods, methods
+            for method in ("QueryRoute", "Telemetry", "ReceiveMessage", "AckMessage"):
+                assert (CONSUMER_AK, method) in methods, methods
+
+
+async def test_acl_wrong_secret_is_unauthorized(
+    node_grpc: Callable[[Running], NodeGrpc], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A producer whose ``sessionCredentials`` have a wrong secret (and one without
+    ``sessionCredentials``, which sends no ``authorization`` at all) is refused UNAUTHORIZED
+    at its first call, the route query; ``startup()`` tries it 3 times (1 s, then 2 s apart)
+    and fails with an Error whose cause's cause is the UnauthorizedException (40100, the
+    broker's reason). Nothing is stored. The client logs each refused query as an ERROR line
+    (no stack) and the startup failure with the stack of that Error (util.format), nothing
+    else; the process exits by itself (no UNAVAILABLE crash)."""
+    decisions = watch_acl(monkeypatch)
+    cases = {
+        "wrong-secret": (credentials(PRODUCER_AK, "not-the-secret"),
+                         f"signature check failed for AccessKey '{PRODUCER_AK}'"),
+        "no-credential": ((), NO_CREDENTIAL),
+    }  # fmt: skip
+    plan = [{"body": "never sent"}]
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path, acl_file=acl_file(tmp_path)) as broker:
+            node = node_grpc(broker)
+            for label, (args, reason) in cases.items():
+                before = len(decisions)
+                run = await acl_produce(node, label, plan, *args)
+                report = run.report()
+                assert run.returncode == 4 and run.of("stopped"), report
+                assert not run.of("started") and not run.of("sent"), report
+                (failed,) = run.of("startup_failed")
+                startup, fetch, cause = failed["errors"]
+                assert startup["type"] == "Error", report
+                assert startup["message"].startswith("Startup the rocketmq client failed"), report
+                assert fetch["message"] == "Failed to fetch topic routes after 3 attempts", report
+                assert cause["type"] == "UnauthorizedException", report
+                assert cause["code"] == UNAUTHORIZED, report
+                assert cause["message"] == NODE_PREFIX.format(code=UNAUTHORIZED) + reason
+                assert failed["ms"] >= 2500, report  # the start-up's back-off: 1 s, 2 s
+
+                mine = decisions[before:]
+                assert [(d.method, d.code) for d in mine] == [
+                    ("QueryRoute", UNAUTHORIZED)
+                ] * 3, mine  # fmt: skip
+                if args:
+                    assert_signed(mine, {PRODUCER_AK: "not-the-secret"}, upper=True)
+                else:
+                    assert {d.authorization for d in mine} == {""}, mine
+
+                # ERROR lines: each refused query, the start-up's verdict, then its Error.
+                *refused, verdict, last = client_errors(run)
+                assert len(refused) == 3, report
+                for line in refused:
+                    assert "Failed to fetch topic route, " in line, report
+                    assert line.endswith(f"topic={ACL_TOPIC}, endpoints={broker.endpoint}, "
+                                         f"error={cause['message']}"), report  # fmt: skip
+                assert "Fetch topic route failed after 3 attempts" in verdict, report
+                assert verdict.endswith(cause["message"]), report
+                assert "ERROR Error: Startup the rocketmq client failed" in last, report
+                ((head, stack),) = log_stacks(run)
+                assert head == last and "Producer.startup" in stack[0], report
+                assert "UNAVAILABLE" not in run.stderr_path.read_text(), report
+            assert stored_in(broker, ACL_TOPIC) == 0
+            assert broker.handle.broker.topics.get(ACL_TOPIC) is None
+
+
+async def test_acl_producer_without_pub_is_forbidden(
+    node_grpc: Callable[[Running], NodeGrpc], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A producer account with PUB on its own topic only: sends there go through, before and
+    after refusals; a send to a topic it has no right on at all fails at the route query
+    with ForbiddenException (40300, the broker's reason); one to a topic it may only
+    subscribe to gets its route, then each of the client's 3 attempts is refused FORBIDDEN
+    and ``send`` raises ForbiddenException. Nothing reaches the refused topics. The client
+    logs the refused route query (no stack) and the last refused attempt as ERROR lines, the
+    attempts before as WARN, each attempt with the stack of its ForbiddenException (raised by
+    the client's StatusChecker); the process ends cleanly."""
+    decisions = watch_acl(monkeypatch)
+    plan: list[dict[str, Any]] = [
+        {"body": "allowed before"},
+        {"body": "no right", "topic": ACL_OTHER_TOPIC, "refused": True},
+        {"body": "sub only", "topic": ACL_SUB_ONLY_TOPIC, "refused": True},
+        {"body": "allowed after"},
+    ]
+    no_right = f"AccessKey '{PRODUCER_AK}' has no any permission on topic '{ACL_OTHER_TOPIC}'"
+    no_pub = f"AccessKey '{PRODUCER_AK}' has no PUB permission on topic '{ACL_SUB_ONLY_TOPIC}'"
+    forbidden = NODE_PREFIX.format(code=FORBIDDEN)
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path, acl_file=acl_file(tmp_path)) as broker:
+            node = node_grpc(broker)
+            run = await acl_produce(node, "producer", plan, *credentials(PRODUCER_AK, PRODUCER_SK))
+            report = run.report()
+            assert run.returncode == 0 and run.of("stopped") and not run.of("error"), report
+            assert [e["index"] for e in run.of("sent")] == [0, 3], report
+            other, sub_only = run.of("refused")
+            assert other["index"] == 1 and sub_only["index"] == 2, report
+            assert other["errors"] == [
+                {"type": "ForbiddenException", "code": FORBIDDEN, "message": forbidden + no_right}
+            ], report  # fmt: skip
+            assert sub_only["errors"] == [
+                {"type": "ForbiddenException", "code": FORBIDDEN, "message": forbidden + no_pub}
+            ], report  # fmt: skip
+
+            assert stored_in(broker, ACL_TOPIC) == 2
+            assert stored_in(broker, ACL_SUB_ONLY_TOPIC) == stored_in(broker, ACL_OTHER_TOPIC) == 0
+            for topic in (ACL_OTHER_TOPIC, ACL_SUB_ONLY_TOPIC):
+                assert broker.handle.broker.topics.get(topic) is None, topic
+
+            assert_signed(decisions, {PRODUCER_AK: PRODUCER_SK}, upper=True)
+            refused = sorted((d.method, d.code) for d in decisions if d.code is not None)
+            assert refused == [("QueryRoute", FORBIDDEN)] + [("SendMessage", FORBIDDEN)] * 3
+
+            route, last = client_errors(run)
+            assert "Failed to fetch topic route" in route and route.endswith(no_right), report
+            assert "Failed to send message(s) finally, run out of attempt times" in last, report
+            assert f"topic={ACL_SUB_ONLY_TOPIC}" in last and no_pub in last, report
+            stacks = log_stacks(run)
+            assert [head.split(" ", 2)[1] for head, _ in stacks] == ["WARN", "WARN", "ERROR"]
+            for head, stack in stacks:
+                assert f"error=ForbiddenException: {forbidden}{no_pub}" in head, report
+                assert stack[0].startswith("at StatusChecker.check "), report
+            stderr = run.stderr_path.read_text(errors="replace")
+            assert "UNAVAILABLE" not in stderr, report

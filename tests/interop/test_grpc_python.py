@@ -37,10 +37,25 @@ Every wait is bounded; a new consumer group reads a young queue from its start (
    gets all of them); a malformed expression is refused with ILLEGAL_FILTER_EXPRESSION; a
    parked receive is not woken by a message the expression rejects, and a matching one sent
    over Remoting (``TAGS`` in the expression too) wakes it at once.
+9. ACL (a broker with ``acl_file``; the driver's ``--access-key``/``--secret-key`` are the
+   client's ``Credentials``): every call the clients make carries ``authorization:
+   MQv2-HMAC-SHA1 Credential=<AK>, SignedHeaders=x-mq-date-time, Signature=<lower-case hex
+   HMAC-SHA1 of x-mq-date-time>`` (the local time, labelled UTC). A producer account with
+   PUB on the topic and a consumer account with SUB on the topic and the group send and
+   receive every message once, intact, every call allowed (the broker's check is watched,
+   not changed, to see what each call carried and got). A wrong secret (or no
+   credential) is refused UNAUTHORIZED at the first call, the route query: the client logs
+   the code and reason, but ``send`` raises a plain ``Exception`` ("failed to fetch topic:T
+   route.", no code). A topic without PUB: no right at all fails the same way at the route
+   query (FORBIDDEN in the log); SUB only gets the route, then each send attempt is refused
+   and ``send`` raises ForbiddenException (40300). Nothing refused is stored; the client
+   logs the refusals as ERROR lines without a traceback.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import re
 import time
@@ -55,6 +70,7 @@ import trustme
 
 from broker.core.send import SendRequest
 from broker.core.transactions import TransactionStatistics
+from broker.grpc.service import MessagingService
 from broker.schedule import SCHEDULE_TOPIC, TIMER_SRC
 from client.message import Message, ReceivedMessage
 from client.producer import Producer
@@ -1231,3 +1247,280 @@ async def test_sql92_parked_receive_woken_by_a_matching_remoting_message(
             assert wakeups() == 1, broker.handle.statistics()
             await live.stop()
             check_clean(live.run)
+
+
+# ------------------------------------------------------------------ 9. ACL
+ACL_TOPIC = "GrpcAcl"
+#: A topic the producer account may only subscribe to: its route query passes, a send not.
+ACL_SUB_ONLY_TOPIC = "GrpcAclSubOnly"
+#: A topic the producer account has no right on at all.
+ACL_OTHER_TOPIC = "GrpcAclOther"
+ACL_GROUP = "acl-grpc"
+PRODUCER_AK, PRODUCER_SK = "grpcprod", "grpc-producer-secret"
+CONSUMER_AK, CONSUMER_SK = "grpccons", "grpc-consumer-secret"
+GRPC_ACL = f"""\
+globalWhiteRemoteAddresses: []
+accounts:
+  - accessKey: {PRODUCER_AK}
+    secretKey: {PRODUCER_SK}
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [{ACL_TOPIC}=PUB, {ACL_SUB_ONLY_TOPIC}=SUB]
+  - accessKey: {CONSUMER_AK}
+    secretKey: {CONSUMER_SK}
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+    topicPerms: [{ACL_TOPIC}=SUB]
+    groupPerms: [{ACL_GROUP}=SUB]
+"""
+UNAUTHORIZED, FORBIDDEN = 40100, 40300
+#: The ``authorization`` metadata the 5.x clients send (the Python client's ``Signature`` in
+#: lower-case hex, the Node client's in upper case).
+AUTHORIZATION = re.compile(
+    r"^MQv2-HMAC-SHA1 Credential=(?P<ak>[^,]*), SignedHeaders=x-mq-date-time, "
+    r"Signature=(?P<signature>[0-9a-fA-F]{40})$"
+)
+#: ``x-mq-date-time`` (the Python client's local time labelled UTC; the Node client's UTC).
+DATE_TIME = re.compile(r"^\d{8}T\d{6}Z$")
+
+
+@dataclass(frozen=True)
+class AclDecision:
+    """One call the broker's ACL check decided: the RPC, the credential metadata the client
+    sent, and the status code it was refused with (None: allowed)."""
+
+    method: str
+    authorization: str
+    date_time: str
+    code: int | None
+
+    @property
+    def access_key(self) -> str:
+        found = AUTHORIZATION.match(self.authorization)
+        return found["ak"] if found else ""
+
+
+@pytest.fixture
+def acl_decisions(monkeypatch: pytest.MonkeyPatch) -> list[AclDecision]:
+    return watch_acl(monkeypatch)
+
+
+def watch_acl(monkeypatch: pytest.MonkeyPatch) -> list[AclDecision]:
+    """Every decision of the gRPC front end's ACL check from now on (for the test),
+    recorded; the broker's own check runs unchanged: this only watches it."""
+    decisions: list[AclDecision] = []
+    check = MessagingService.denied
+
+    def watched(self: MessagingService, call: Any, method: str, req: Any) -> Any:
+        refused = check(self, call, method, req)
+        metadata = call.metadata
+        decisions.append(AclDecision(
+            method, metadata.get("authorization", ""), metadata.get("x-mq-date-time", ""),
+            None if refused is None else refused.code,
+        ))  # fmt: skip
+        return refused
+
+    monkeypatch.setattr(MessagingService, "denied", watched)
+    return decisions
+
+
+def assert_signed(
+    decisions: list[AclDecision], secrets: Mapping[str, str], upper: bool = False
+) -> None:
+    """Every call carried the client's credential metadata, signed as RocketMQ's proxy
+    checks it: HMAC-SHA1 of ``x-mq-date-time`` under the account's secret (``secrets``: the
+    secret each AccessKey's client signed with), in hex of the case the client writes."""
+    assert decisions
+    for decision in decisions:
+        found = AUTHORIZATION.match(decision.authorization)
+        assert found is not None, decision
+        assert DATE_TIME.match(decision.date_time), decision
+        secret = secrets[found["ak"]].encode()
+        want = hmac.new(secret, decision.date_time.encode(), hashlib.sha1).hexdigest()
+        assert found["signature"] == (want.upper() if upper else want), decision
+
+
+def acl_args(access_key: str, secret_key: str) -> tuple[str, ...]:
+    return ("--access-key", access_key, "--secret-key", secret_key)
+
+
+def acl_file(tmp_path: Path) -> Path:
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(GRPC_ACL)
+    return path
+
+
+async def acl_produce(
+    py: PyGrpc, label: str, plan: list[dict[str, Any]], args: tuple[str, ...]
+) -> DriverRun:
+    """The ``produce`` scenario with more ``args`` (credentials); its run, for the caller to
+    check how it ended."""
+    path = py.plan_file(label, plan)
+    return await py.run(label, "produce", "--plan", path, *args, clean=False)
+
+
+async def test_acl_producer_and_simple_consumer_with_their_accounts(
+    py_grpc: Callable[[Running], PyGrpc], tmp_path: Path, acl_decisions: list[AclDecision]
+) -> None:
+    """On a broker with ACL, the official producer signed as an account with PUB on the topic
+    sends every message, and the official SimpleConsumer signed as an account with SUB on the
+    topic and the group receives each once, intact (a further long poll finds nothing); every
+    call both clients made (routes, settings, heartbeats, sends, receives, acks, termination)
+    was signed and allowed; neither client logged an error."""
+    plan = [
+        {"topic": ACL_TOPIC, "body": f"acl ✓ {i}", "tag": "TagAcl", "keys": [f"acl-{i}"],
+         "properties": {"n": str(i)}}
+        for i in range(4)
+    ]  # fmt: skip
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path, acl_file=acl_file(tmp_path)) as broker:
+            py = py_grpc(broker)
+            run = await acl_produce(py, "producer", plan, acl_args(PRODUCER_AK, PRODUCER_SK))
+            check_clean(run)
+            sent = run.of("sent")
+            assert [e["index"] for e in sent] == list(range(len(plan))), run.report()
+            ids = [e["message_id"] for e in sent]
+            consumer = await py.run(
+                "consumer", "receive", "--group", ACL_GROUP, "--topic", ACL_TOPIC,
+                "--count", str(len(plan)), "--within", "20", "--drain", "--await", "3",
+                *acl_args(CONSUMER_AK, CONSUMER_SK),
+            )  # fmt: skip
+            report = consumer.report()
+            received = consumer.of("received")
+            assert sorted(e["message_id"] for e in received) == sorted(ids), report
+            by_id = {e["message_id"]: e for e in received}
+            for item, receipt in zip(plan, sent, strict=True):
+                event = by_id[receipt["message_id"]]
+                assert event["topic"] == ACL_TOPIC and event["body"] == item["body"], event
+                assert event["tag"] == item["tag"] and event["keys"] == item["keys"], event
+                assert event["properties"] == item["properties"], event
+                assert event["delivery_attempt"] == 1 and not event["corrupted"], event
+            assert len(consumer.of("acked")) == len(plan), report
+            (drained,) = consumer.of("drained")
+            assert drained["messages"] == [], report
+            assert stored_in(broker, ACL_TOPIC) == len(plan)
+            await wait_until("every lease acked", lambda: broker.in_flight() == 0, 10)
+
+            assert [d for d in acl_decisions if d.code is not None] == []
+            assert_signed(acl_decisions, {PRODUCER_AK: PRODUCER_SK, CONSUMER_AK: CONSUMER_SK})
+            methods = {(d.access_key, d.method) for d in acl_decisions}
+            for method in ("QueryRoute", "Telemetry", "SendMessage"):
+                assert (PRODUCER_AK, method) in methods, methods
+            for method in ("QueryRoute", "Telemetry", "Heartbeat", "ReceiveMessage", "AckMessage"):
+                assert (CONSUMER_AK, method) in methods, methods
+
+
+def route_refused(topic: str, code: int, reason: str) -> tuple[re.Pattern[str], ...]:
+    """What the producer logs as ERROR when its route query for ``topic`` is refused, at its
+    startup (a topic it was created with) and at the send that needs the route: the v2 code
+    and the broker's text, then the route lookup's own failure."""
+    topic = re.escape(topic)
+    return (
+        re.compile(rf"query topic raise exception, {code}, {re.escape(reason)}$"),
+        re.compile(rf"update topic: {topic} route raise exception when client startup$"),
+        re.compile(rf"producer select topic:{topic} queue raise exception, "
+                   rf"failed to fetch topic:{topic} route\.$"),
+    )  # fmt: skip
+
+
+def assert_logged(run: DriverRun, expected: tuple[re.Pattern[str], ...]) -> None:
+    """The client's ERROR lines are exactly ``expected`` (each pattern at least once, no
+    other line but the client's known ones) and its log has no traceback; the driver ended
+    cleanly otherwise."""
+    check_clean(run, expected)
+    (log,) = run.of("client_log")
+    for pattern in expected:
+        assert any(pattern.search(line) for line in log["errors"]), (pattern, run.report())
+
+
+async def test_acl_wrong_secret_is_unauthorized(
+    py_grpc: Callable[[Running], PyGrpc], tmp_path: Path, acl_decisions: list[AclDecision]
+) -> None:
+    """A producer signing with a wrong secret (and one with the driver's default, empty
+    credentials) is refused UNAUTHORIZED from its first call: its route query. The client
+    logs the code and the broker's reason but its ``send`` raises a plain ``Exception``
+    ("failed to fetch topic:... route.", no code: the route lookup swallows the
+    UnauthorizedException); it never gets as far as a SendMessage, and nothing is stored.
+    Its log has the refusal's ERROR lines and no traceback."""
+    plan = [{"topic": ACL_TOPIC, "body": "refused", "refused": True}]
+    cases = {
+        "wrong-secret": (acl_args(PRODUCER_AK, "not-the-secret"),
+                         f"signature check failed for AccessKey '{PRODUCER_AK}'"),
+        "no-credential": ((), "no MQv2-HMAC-SHA1 credential: the call needs one (ACL is on)"),
+    }  # fmt: skip
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path, acl_file=acl_file(tmp_path)) as broker:
+            py = py_grpc(broker)
+            for label, (credentials, reason) in cases.items():
+                before = len(acl_decisions)
+                run = await acl_produce(py, label, plan, credentials)
+                assert_logged(run, route_refused(ACL_TOPIC, UNAUTHORIZED, reason))
+                (refused,) = run.of("refused")
+                assert refused["type"] == "Exception" and refused["code"] is None, refused
+                assert refused["text"] == f"failed to fetch topic:{ACL_TOPIC} route.", refused
+                assert not run.of("sent"), run.report()
+                # Two route queries (startup, send), each refused; nothing else was asked.
+                decisions = acl_decisions[before:]
+                assert [(d.method, d.code) for d in decisions] == [
+                    ("QueryRoute", UNAUTHORIZED)
+                ] * 2, decisions  # fmt: skip
+                ak = "" if label == "no-credential" else PRODUCER_AK
+                assert {d.access_key for d in decisions} == {ak}, decisions
+            assert_signed(acl_decisions, {PRODUCER_AK: "not-the-secret", "": ""})
+            assert stored_in(broker, ACL_TOPIC) == 0
+            assert broker.handle.broker.topics.get(ACL_TOPIC) is None
+
+
+async def test_acl_producer_without_pub_is_forbidden(
+    py_grpc: Callable[[Running], PyGrpc], tmp_path: Path, acl_decisions: list[AclDecision]
+) -> None:
+    """A producer account with PUB on its own topic only (the one it is created with):
+    sends there go through, before and after refusals; a send to a topic it has no right on
+    at all fails at the route query (FORBIDDEN in the client's log; ``send`` raises the
+    plain "failed to fetch topic route" ``Exception``); a send to a topic it may only
+    subscribe to gets its route, then every SendMessage attempt (the client's 3) is refused
+    FORBIDDEN and ``send`` raises ForbiddenException (40300, the broker's reason). Nothing
+    reaches the refused topics; the client logs the refusals' ERROR lines, no traceback."""
+    plan: list[dict[str, Any]] = [
+        {"topic": ACL_TOPIC, "body": "allowed before"},
+        {"topic": ACL_OTHER_TOPIC, "body": "no right", "refused": True},
+        {"topic": ACL_SUB_ONLY_TOPIC, "body": "sub only", "refused": True},
+        {"topic": ACL_TOPIC, "body": "allowed after"},
+    ]
+    no_right = f"AccessKey '{PRODUCER_AK}' has no any permission on topic '{ACL_OTHER_TOPIC}'"
+    no_pub = f"AccessKey '{PRODUCER_AK}' has no PUB permission on topic '{ACL_SUB_ONLY_TOPIC}'"
+    logged = (
+        *route_refused(ACL_OTHER_TOPIC, FORBIDDEN, no_right)[::2],  # not created with it
+        *SEND_REFUSED,
+    )
+    with trio.fail_after(TEST_TIMEOUT):
+        async with grpc_broker(tmp_path, acl_file=acl_file(tmp_path)) as broker:
+            py = py_grpc(broker)
+            args = ("--topics", ACL_TOPIC, *acl_args(PRODUCER_AK, PRODUCER_SK))
+            run = await acl_produce(py, "producer", plan, args)
+            assert_logged(run, logged)
+            report = run.report()
+            assert [e["index"] for e in run.of("sent")] == [0, 3], report
+            other, sub_only = run.of("refused")
+            assert other["index"] == 1 and other["type"] == "Exception", report
+            assert other["text"] == f"failed to fetch topic:{ACL_OTHER_TOPIC} route.", report
+            assert sub_only["index"] == 2 and sub_only["type"] == "ForbiddenException", report
+            assert (sub_only["code"], sub_only["name"]) == (FORBIDDEN, "FORBIDDEN"), report
+            assert sub_only["text"] == f"{FORBIDDEN}, {no_pub}", report
+
+            assert stored_in(broker, ACL_TOPIC) == 2
+            assert stored_in(broker, ACL_SUB_ONLY_TOPIC) == stored_in(broker, ACL_OTHER_TOPIC) == 0
+            for topic in (ACL_OTHER_TOPIC, ACL_SUB_ONLY_TOPIC):
+                assert broker.handle.broker.topics.get(topic) is None, topic
+
+            assert_signed(acl_decisions, {PRODUCER_AK: PRODUCER_SK})
+            refused = [(d.method, d.code) for d in acl_decisions if d.code is not None]
+            # The client's periodic settings sync (1 s after startup) names every topic it has
+            # a route for, the SUB-only one too: on a slow run that one is refused FORBIDDEN
+            # (the client ignores a settings answer that is not OK, silently).
+            telemetry = [d.code for d in acl_decisions if d.method == "Telemetry"]
+            assert telemetry[0] is None and set(telemetry[1:]) <= {None, FORBIDDEN}, telemetry
+            # One route query (the topic without rights), three send attempts (SUB-only).
+            refused = [r for r in refused if r[0] != "Telemetry"]
+            expected = [("QueryRoute", FORBIDDEN)] + [("SendMessage", FORBIDDEN)] * 3
+            assert sorted(refused) == expected, acl_decisions
