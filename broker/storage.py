@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import trio
 
@@ -232,3 +232,37 @@ async def serve_storage(
 ) -> None:
     """Run a :class:`Storage` over ``store`` until cancelled (see :meth:`Storage.serve`)."""
     await Storage(store).serve(hooks, task_status=task_status)
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class PendingDurable(Generic[K]):
+    """Records a service wrote and now waits to see durable, by the service's key (a timer
+    delivery, a transaction's decision): a checkpoint taken meanwhile may already cover them
+    — recovery would then not rescan the log for them — so the service's own progress must
+    count the ones below the durable offset (:meth:`durable_keys`) as done."""
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+        self._ends: dict[K, int] = {}
+
+    async def wait(self, key: K, end_offset: int, *, even_async: bool = False) -> bool:
+        """Wait until the record ending at ``end_offset`` is durable (see
+        :meth:`Storage.wait_durable`), tracked under ``key`` meanwhile."""
+        self._ends[key] = end_offset
+        try:
+            return await self._storage.wait_durable(end_offset, even_async=even_async)
+        finally:
+            del self._ends[key]
+
+    def durable_keys(self) -> list[K]:
+        """The keys whose records are durable already (for a checkpoint's snapshot)."""
+        durable = self._storage.store.durable_offset
+        return [key for key, end in self._ends.items() if end <= durable]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._ends
+
+    def __len__(self) -> int:
+        return len(self._ends)

@@ -29,7 +29,7 @@ from broker.schedule import (
     Schedule,
     parse_src,
 )
-from broker.storage import Storage
+from broker.storage import PendingDurable, Storage
 from broker.store.api import GetStatus, MessageToStore, PutResult
 from broker.store.commitlog import ScanItem
 from broker.store.files import atomic_write, read_optional
@@ -88,7 +88,8 @@ class TimerService:
         self.schedule = Schedule()
         #: Tells the deadline loop about a new deadline.
         self.poke = poke
-        self._in_flight: dict[tuple[int, int], int] = {}  # (queue, offset) -> copy's end
+        #: Copies written, their durability awaited: (queue, offset) of the scheduled record.
+        self._in_flight: PendingDurable[tuple[int, int]] = PendingDurable(storage)
         self._delivered = 0
         self._retried = 0
         self._recalled = 0
@@ -185,11 +186,7 @@ class TimerService:
         if ok:
             # Until marked, a checkpoint must still count this copy once it is durable:
             # see before_checkpoint.
-            self._in_flight[key] = result.end_offset
-            try:
-                ok = await self.storage.wait_durable(result.end_offset)
-            finally:
-                del self._in_flight[key]
+            ok = await self._in_flight.wait(key, result.end_offset)
         if ok:
             self.schedule.mark_delivered(*key)
             self._delivered += 1
@@ -251,7 +248,5 @@ class TimerService:
         worker thread before the checkpoint file is written."""
         # A copy that became durable while its delivery was still waiting on the fsync may be
         # below the checkpoint's safe offset: recovery would not rescan it, so count it here.
-        durable = self.store.durable_offset
-        done = [key for key, end in self._in_flight.items() if end <= durable]
-        data = self.schedule.snapshot(done)
+        data = self.schedule.snapshot(self._in_flight.durable_keys())
         return lambda: atomic_write(self.path, data)

@@ -45,7 +45,7 @@ from broker.core.clients import ClientRegistry, TransactionCheck
 from broker.core.send import store_or_schedule
 from broker.halves import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, TRAN_OP, Half, HalfTable
 from broker.logs import get_logger
-from broker.storage import Storage
+from broker.storage import PendingDurable, Storage
 from broker.store.api import GetStatus, MessageToStore, PutResult
 from broker.store.commitlog import ScanItem
 from broker.store.files import atomic_write, read_optional
@@ -165,8 +165,8 @@ class TransactionService:
         #: Tells the deadline loop about a new deadline.
         self.poke = poke
         self.table = HalfTable()
-        #: Decision records written but maybe not yet durable: queue offset → record end.
-        self._in_flight: dict[int, int] = {}
+        #: Decision records written, their durability awaited, by half queue offset.
+        self._in_flight: PendingDurable[int] = PendingDurable(storage)
         self._counters = _Counters()
 
     # ------------------------------------------------------------------ start-up
@@ -363,14 +363,8 @@ class TransactionService:
             stored.born_timestamp, stored.born_host, 0,
         )  # fmt: skip
         result = self.store.put_nowait(record)
-        if result.ok:
-            self._in_flight[half.queue_offset] = result.end_offset
-            try:
-                durable = await self.storage.wait_durable(result.end_offset)
-            finally:
-                del self._in_flight[half.queue_offset]
-            if durable:
-                return
+        if result.ok and await self._in_flight.wait(half.queue_offset, result.end_offset):
+            return
         raise BrokerError(
             f"transaction decision not stored: {result.remark or result.status.value}",
             code=ResponseCode.SERVICE_NOT_AVAILABLE,
@@ -433,11 +427,9 @@ class TransactionService:
     def before_checkpoint(self) -> Callable[[], None]:
         """Main thread: snapshot decisions; the returned writer runs in the checkpoint's
         worker thread before the checkpoint file is written."""
-        durable = self.store.durable_offset
         # A decision record durable below the checkpoint's offset would not be rescanned
         # after a crash: count it as decided here.
-        done = [q for q, end in self._in_flight.items() if end <= durable]
-        data = self.table.snapshot(done)
+        data = self.table.snapshot(self._in_flight.durable_keys())
         return lambda: atomic_write(self.path, data)
 
     def statistics(self) -> TransactionStatistics:
