@@ -62,6 +62,15 @@ class BrokerConfig:
     checkpoint_interval_s: float = 1.0
     #: Replies queued per connection before handlers wait for the socket (back-pressure).
     write_queue: int = 256
+    #: Long polls (and SYNC-mode stores) of one Remoting connection waiting at once; beyond
+    #: it a request is answered SYSTEM_BUSY at once (clients retry later).
+    max_waiting_per_connection: int = 64
+    #: A Remoting connection silent this long, with nothing waiting or unsent, is closed
+    #: (0: never).
+    idle_timeout_s: float = 120.0
+    #: At this disk usage or more, writes are refused (SERVICE_NOT_AVAILABLE) until space is
+    #: freed; reads go on (RocketMQ's ``diskSpaceWarningLevelRatio``). 0: never.
+    disk_full_ratio: float = 0.90
     #: Registration with the name servers (RocketMQ registerNameServerPeriod: 30 s).
     register_interval_s: float = 30.0
     #: Bound on one registration with one name server (RocketMQ registerBrokerTimeoutMills).
@@ -124,6 +133,10 @@ class BrokerConfig:
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 65535:
                 raise ConfigError(f"{name} {value} is outside 0..65535")
+        if self.max_waiting_per_connection < 1:
+            raise ConfigError("max_waiting_per_connection must be at least 1")
+        if not 0 <= self.disk_full_ratio <= 1:
+            raise ConfigError(f"disk_full_ratio {self.disk_full_ratio} is outside 0..1")
         if self.transaction_check_max < 1:
             raise ConfigError(
                 f"transaction_check_max must be at least 1, not {self.transaction_check_max}"
@@ -165,6 +178,7 @@ class BrokerConfig:
             flush_interval_s=self.flush_interval_s,
             checkpoint_interval_s=self.checkpoint_interval_s,
             max_message_size=self.max_message_size,
+            disk_full_ratio=self.disk_full_ratio,
             store_host=(host if _is_ip(host) else "127.0.0.1", int(port)),
         )
 
@@ -336,6 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-waiting-per-connection",
         type=int,
         help="long polls one connection may have waiting (default 64; beyond: SYSTEM_BUSY)",
+    )
+    p.add_argument(
+        "--disk-full-ratio",
+        type=float,
+        help="refuse writes at this disk usage or more (default 0.90, 0: never)",
     )
     p.add_argument("--config", help="broker.toml with the same settings")
     return p

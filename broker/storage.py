@@ -20,12 +20,16 @@ from typing import Generic, TypeVar
 
 import trio
 
+from broker.logs import get_logger
 from broker.offload import Offload, run_in_thread
 from broker.store.api import FlushMode, MessageToStore, PutResult, PutStatus
 from broker.store.store import MessageStore
 from broker.store.tickets import CheckpointTicket
 
 T = TypeVar("T")
+
+
+_log = get_logger("storage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +185,20 @@ class Storage:
         scheduled = local.tm_hour == self.store.config.delete_when_hour and day != self._swept
         if scheduled:
             self._swept = day
-        return self.store.delete_expired(now, scheduled=scheduled)
+        deleted = self.store.delete_expired(now, scheduled=scheduled)
+        self._check_disk()
+        return deleted
+
+    def _check_disk(self) -> None:
+        """Refuse writes while the disk is past ``disk_full_ratio`` (logged when it changes)."""
+        was = self.store.disk_full
+        now = self.store.check_disk()
+        if (was is None) != (now is None):
+            limit = self.store.config.disk_full_ratio
+            if now is not None:
+                _log.warning("disk full: writes refused", used=round(now, 3), limit=limit)
+            else:
+                _log.warning("disk space back: writes accepted", limit=limit)
 
     async def run_retention(self) -> None:
         """Retention loop."""

@@ -28,6 +28,9 @@ class StoreConfig:
         retention_hours: segments older than this may be deleted (``fileReservedTime``, 72).
         disk_max_used_ratio: past this disk usage, expired segments are deleted at once
             (``diskMaxUsedSpaceRatio``, 0.75).
+        disk_full_ratio: at this disk usage or more, puts are refused (SERVICE_NOT_AVAILABLE)
+            until space is freed; reads go on (RocketMQ's ``diskSpaceWarningLevelRatio``,
+            0.90). Checked at open and with every retention check. 0: never.
         delete_when_hour: local hour of the daily scheduled deletion (``deleteWhen``, 04).
         retention_check_interval_s: how often the disk ratio is checked (RocketMQ: 10 s).
         preallocate: ``posix_fallocate`` new segments, so ENOSPC shows at creation.
@@ -47,6 +50,7 @@ class StoreConfig:
     tail_cache_bytes: int = 64 * 1024 * 1024
     retention_hours: float = 72.0
     disk_max_used_ratio: float = 0.75
+    disk_full_ratio: float = 0.90
     delete_when_hour: int = 4
     retention_check_interval_s: float = 10.0
     preallocate: bool = True

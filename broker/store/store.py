@@ -123,6 +123,9 @@ class MessageStore:
         self.durable_offset = 0
         self.dispatched_offset = 0
         self.disk_error: OSError | None = None
+        #: The disk's usage when it was last found at or past ``disk_full_ratio`` (puts are
+        #: refused meanwhile), None when it was not.
+        self.disk_full: float | None = None
         self._counters = StoreCounters()  # read through statistics()
         self._closed = False
 
@@ -136,6 +139,7 @@ class MessageStore:
     ) -> MessageStore:
         """Open (and, after a crash, recover) the store in ``config.data_dir``."""
         store = cls(config, listener, clock_ms=clock_ms)
+        store.check_disk()
         try:
             store._recover()
         except BaseException:
@@ -190,6 +194,13 @@ class MessageStore:
             return PutResult(PutStatus.DISK_ERROR, remark=self._counters.last_disk_error)
         if len(msg.body) > self.config.max_message_size:
             return _illegal(f"body of {len(msg.body)} bytes exceeds {self.config.max_message_size}")
+        if self.disk_full is not None:
+            self._counters.put_errors += 1
+            return PutResult(
+                PutStatus.SERVICE_NOT_AVAILABLE,
+                remark=f"the disk is {self.disk_full:.0%} full (limit "
+                f"{self.config.disk_full_ratio:.0%}): writes are refused until space is freed",
+            )
         try:
             return self._append(msg)
         except EncodeError as exc:
@@ -494,6 +505,17 @@ class MessageStore:
     def disk_used_ratio(self) -> float:
         """Used fraction of the file system holding the data directory."""
         return self.config.disk_probe(self.config.data_dir)
+
+    def check_disk(self) -> float | None:
+        """Look at the disk: past ``disk_full_ratio`` puts are refused until a later check
+        finds it below (reads go on). Returns the usage while full, else None."""
+        limit = self.config.disk_full_ratio
+        if limit <= 0:
+            self.disk_full = None
+            return None
+        used = self.disk_used_ratio()
+        self.disk_full = used if used >= limit else None
+        return self.disk_full
 
     def delete_expired(self, now_s: float, *, scheduled: bool = False) -> int:
         """Delete commit-log segments older than ``retention_hours`` — only on the daily
