@@ -216,18 +216,17 @@ class Registrar:
     async def _register_one(self, addr: str, cmd: RemotingCommand) -> None:
         if await self._ask(addr, cmd, "register", self.config.register_timeout_s) is None:
             return
-        if self.grpc_endpoint is not None:
-            header = PutKVConfigRequestHeader(
-                namespace=GRPC_ENDPOINTS, key=self.address, value=self.grpc_endpoint
-            )
-            put = request(RequestCode.PUT_KV_CONFIG, 0, header.to_ext())
-            if await self._ask(addr, put, "gRPC endpoint", self.config.register_timeout_s) is None:
-                return
         if addr in self.failing or self.registered[addr] == 0:
             _log.info("registered with namesrv", namesrv=addr, broker=self.config.broker_name,
                       topics=len(self.topics.all()))  # fmt: skip
         self.failing.discard(addr)
         self.registered[addr] += 1
+        if self.grpc_endpoint is not None:  # after the count: the routes are there already
+            header = PutKVConfigRequestHeader(
+                namespace=GRPC_ENDPOINTS, key=self.address, value=self.grpc_endpoint
+            )
+            put = request(RequestCode.PUT_KV_CONFIG, 0, header.to_ext())
+            await self._ask(addr, put, "gRPC endpoint", self.config.register_timeout_s)
 
     async def _unregister_one(self, addr: str) -> None:
         header = UnRegisterBrokerRequestHeader(

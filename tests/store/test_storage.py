@@ -84,6 +84,8 @@ def aged_store(path: Path, *, disk_used: float, **settings: Any) -> MessageStore
     """A store of 600 small messages over many segments: the first two last written at
     :data:`OLD`, the others at :data:`BASE` (the kernel stamps files with the real date,
     which the tests must not depend on); the disk probe reports ``disk_used``."""
+    # Writes are never refused here (disk_full_ratio 0): these tests are about retention.
+    settings.setdefault("disk_full_ratio", 0)
     cfg = StoreConfig(path, segment_size=8192, cq_entries_per_file=16,
                       disk_probe=lambda _: disk_used, **settings)  # fmt: skip
     store = MessageStore.open(cfg)
