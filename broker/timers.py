@@ -31,11 +31,10 @@ from broker.schedule import (
 )
 from broker.storage import PendingDurable, Storage
 from broker.store.api import GetStatus, MessageToStore, PutResult
-from broker.store.commitlog import ScanItem
 from broker.store.files import atomic_write, read_optional
 from broker.topics import TopicManager
 from protocol.codes import ResponseCode
-from protocol.errors import BrokerError, RecordError
+from protocol.errors import BrokerError
 from protocol.message import decode_record, decode_records
 from protocol.properties import CRC32, REAL_QID, REAL_TOPIC, TIMER_OUT_MS, UNIQ_KEY
 
@@ -111,13 +110,7 @@ class TimerService:
             self._schedule_queue(queue_id)
 
     def _mark_copies_since(self, start: int) -> None:
-        for item in self.store.log.scan(start):
-            if not isinstance(item, ScanItem):
-                return
-            try:
-                msg, _ = decode_record(item.data)
-            except RecordError:
-                continue
+        for msg in self.store.messages_since(start):
             props = msg.properties
             src = parse_src(props.get(TIMER_SRC, "") or props.get(TIMER_RECALL, ""))
             if src is not None:  # a delivered copy, or a recall

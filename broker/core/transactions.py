@@ -47,7 +47,6 @@ from broker.halves import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, TRAN_OP, Half, Ha
 from broker.logs import get_logger
 from broker.storage import PendingDurable, Storage
 from broker.store.api import GetStatus, MessageToStore, PutResult
-from broker.store.commitlog import ScanItem
 from broker.store.files import atomic_write, read_optional
 from broker.timers import TimerService
 from broker.topics import TopicManager
@@ -204,13 +203,7 @@ class TransactionService:
             offset = got.next_offset
 
     def _decisions_since(self, start: int) -> None:
-        for item in self.store.log.scan(start):
-            if not isinstance(item, ScanItem):
-                return
-            try:
-                msg, _ = decode_record(item.data)
-            except RecordError:
-                continue
+        for msg in self.store.messages_since(start):
             if msg.topic in (OP_TOPIC, DISCARD_TOPIC):
                 marker = msg.properties.get(TRAN_OP, "")
                 if marker.isdigit():

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from broker.store.api import (
@@ -51,11 +51,12 @@ from broker.store.tickets import (
     StoreCounters,
     StoreStatistics,
 )
-from protocol.errors import EncodeError
+from protocol.errors import EncodeError, RecordError
 from protocol.message import (
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
+    MessageExt,
     decode_record,
 )
 from protocol.msgid import ip_to_bytes
@@ -573,6 +574,17 @@ class MessageStore:
         self.durable_offset = self.dispatched_offset = end
         for key, cq in self._queues.items():
             self.offsets.clamp(key[0], key[1], cq.min_offset, cq.max_offset)
+
+    def messages_since(self, start: int) -> Iterator[MessageExt]:
+        """Every readable record from commit-log offset ``start`` to the end of the log, in
+        order (what a crash recovery re-dispatched: services find their own markers there)."""
+        for item in self.log.scan(start):
+            if isinstance(item, ScanEnd):
+                return
+            try:
+                yield decode_record(item.data)[0]
+            except RecordError:
+                continue
 
     def _redispatch(self, start: int) -> int:
         for item in self.log.scan(start):
