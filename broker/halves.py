@@ -17,7 +17,9 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from broker.schedule import Progress
 
 #: Where half messages wait (RocketMQ's ``TransactionalMessageUtil.buildHalfTopic``).
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
@@ -43,23 +45,6 @@ class Half:
     due_ms: int = 0
 
 
-@dataclass(slots=True)
-class _Progress:
-    watermark: int = 0
-    done_above: set[int] = field(default_factory=set)
-
-    def mark(self, offset: int) -> None:
-        if offset < self.watermark:
-            return
-        self.done_above.add(offset)
-        while self.watermark in self.done_above:  # advance over a run of decided offsets
-            self.done_above.discard(self.watermark)
-            self.watermark += 1
-
-    def decided(self, offset: int) -> bool:
-        return offset < self.watermark or offset in self.done_above
-
-
 class HalfTable:
     """Undecided halves, their check deadlines and the decisions (see the module docstring)."""
 
@@ -67,7 +52,7 @@ class HalfTable:
         self._halves: dict[int, Half] = {}
         self._by_commit_offset: dict[int, int] = {}
         self._heap: list[tuple[int, int]] = []  # (due ms, queue offset)
-        self._progress = _Progress()
+        self._progress = Progress()
         #: Check counts restored from a snapshot, applied when the half is added.
         self._restored_checks: dict[int, int] = {}
         #: Halves being decided right now (a store write under way): not checked, not
@@ -77,7 +62,7 @@ class HalfTable:
     # ------------------------------------------------------------------ halves
     def add(self, half: Half, first_check_ms: int) -> bool:
         """Track an undecided half; False (ignored) when it is decided or known already."""
-        if self._progress.decided(half.queue_offset) or half.queue_offset in self._halves:
+        if self._progress.done(half.queue_offset) or half.queue_offset in self._halves:
             return False
         half.checks = max(half.checks, self._restored_checks.pop(half.queue_offset, 0))
         self._halves[half.queue_offset] = half
@@ -96,7 +81,7 @@ class HalfTable:
 
     def decided(self, queue_offset: int) -> bool:
         """Whether the half at ``queue_offset`` was committed, rolled back or discarded."""
-        return self._progress.decided(queue_offset)
+        return self._progress.done(queue_offset)
 
     @property
     def watermark(self) -> int:
@@ -177,7 +162,7 @@ class HalfTable:
     def snapshot(self, also_decided: Iterable[int] = ()) -> bytes:
         """Decisions and check counts, for ``config/transactions.json``, counting
         ``also_decided`` queue offsets as decided without recording them here."""
-        progress = _Progress(self._progress.watermark, set(self._progress.done_above))
+        progress = self._progress.copy()
         for offset in also_decided:
             progress.mark(offset)
         checks = {str(q): h.checks for q, h in sorted(self._halves.items()) if h.checks}
@@ -204,9 +189,7 @@ class HalfTable:
         try:
             if not isinstance(obj, dict) or obj.get("version") != 1:
                 raise ValueError("not a transaction snapshot")
-            self._progress = _Progress(
-                int(obj["watermark"]), {int(x) for x in obj["decided_above"]}
-            )
+            self._progress = Progress(int(obj["watermark"]), {int(x) for x in obj["decided_above"]})
             self._restored_checks = {int(q): int(n) for q, n in obj["checks"].items()}
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a transaction snapshot: {exc!r}") from None

@@ -58,15 +58,30 @@ class Due:
 
 
 @dataclass
-class _QueueState:
+class Progress:
+    """Which offsets of one queue are done when they finish out of order: every offset
+    below ``watermark``, and ``done_above`` beyond it (scheduled deliveries here, transaction
+    decisions in :mod:`broker.halves`)."""
+
     watermark: int = 0
     done_above: set[int] = field(default_factory=set)
 
     def mark(self, offset: int) -> None:
+        """Count ``offset`` as done."""
+        if offset < self.watermark:
+            return
         self.done_above.add(offset)
-        while self.watermark in self.done_above:  # advance over a run of delivered offsets
+        while self.watermark in self.done_above:  # advance over a run of done offsets
             self.done_above.discard(self.watermark)
             self.watermark += 1
+
+    def done(self, offset: int) -> bool:
+        """Whether ``offset`` is done."""
+        return offset < self.watermark or offset in self.done_above
+
+    def copy(self) -> Progress:
+        """An independent copy (for a snapshot)."""
+        return Progress(self.watermark, set(self.done_above))
 
 
 class Schedule:
@@ -75,7 +90,7 @@ class Schedule:
     def __init__(self) -> None:
         self._heap: list[Due] = []
         self._queued: set[tuple[int, int]] = set()
-        self._queues: dict[int, _QueueState] = {}
+        self._queues: dict[int, Progress] = {}
 
     # ------------------------------------------------------------------ progress
     def delivered(self, queue_id: int, queue_offset: int) -> bool:
@@ -83,11 +98,11 @@ class Schedule:
         state = self._queues.get(queue_id)
         if state is None:
             return False
-        return queue_offset < state.watermark or queue_offset in state.done_above
+        return state.done(queue_offset)
 
     def mark_delivered(self, queue_id: int, queue_offset: int) -> None:
         """Record a delivery (also used for copies found in the log after a crash)."""
-        self._queues.setdefault(queue_id, _QueueState()).mark(queue_offset)
+        self._queues.setdefault(queue_id, Progress()).mark(queue_offset)
 
     def watermark(self, queue_id: int) -> int:
         """Every scheduled record of the queue below this offset was delivered."""
@@ -130,9 +145,9 @@ class Schedule:
     def snapshot(self, also_delivered: Iterable[tuple[int, int]] = ()) -> bytes:
         """The delivery progress, for ``config/schedule.json``, counting ``also_delivered``
         (queue, offset) pairs as delivered without recording them here."""
-        states = {q: _QueueState(s.watermark, set(s.done_above)) for q, s in self._queues.items()}
+        states = {q: s.copy() for q, s in self._queues.items()}
         for queue_id, offset in also_delivered:
-            states.setdefault(queue_id, _QueueState()).mark(offset)
+            states.setdefault(queue_id, Progress()).mark(offset)
         queues = {
             str(q): {"watermark": s.watermark, "done_above": sorted(s.done_above)}
             for q, s in sorted(states.items())
@@ -149,7 +164,7 @@ class Schedule:
         if not isinstance(obj, dict) or obj.get("version") != 1:
             raise ValueError("not a schedule snapshot")
         for key, value in obj.get("queues", {}).items():
-            state = _QueueState(int(value["watermark"]), {int(x) for x in value["done_above"]})
+            state = Progress(int(value["watermark"]), {int(x) for x in value["done_above"]})
             self._queues[int(key)] = state
 
 
