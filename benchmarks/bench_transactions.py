@@ -44,7 +44,10 @@ from protocol.codes import RequestCode
 from protocol.command import RemotingCommand, request
 from protocol.connection import NEED_DATA, Closed, Malformed, Request, Response
 from protocol.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
-from protocol.headers.transaction import CheckTransactionStateRequestHeader
+from protocol.headers.transaction import (
+    CheckTransactionStateRequestHeader,
+    EndTransactionRequestHeader,
+)
 from protocol.message import decode_record
 from protocol.msgid import decode_offset_msg_id
 from protocol.properties import CHECK_IMMUNITY_TIME_IN_SECONDS, PGROUP, TRAN_MSG, encode_properties
@@ -102,15 +105,15 @@ def end_cmd(
 def end_of(
     queue_offset: int, commit_offset: int, msg_id: str, resolution: int, from_check: bool
 ) -> RemotingCommand:
-    ext = {
-        "producerGroup": PRODUCER_GROUP,
-        "tranStateTableOffset": str(queue_offset),
-        "commitLogOffset": str(commit_offset),
-        "commitOrRollback": str(resolution),
-        "fromTransactionCheck": "true" if from_check else "false",
-        "msgId": msg_id,
-    }
-    return request(RequestCode.END_TRANSACTION, 0, ext)
+    header = EndTransactionRequestHeader(
+        producer_group=PRODUCER_GROUP,
+        tran_state_table_offset=queue_offset,
+        commit_log_offset=commit_offset,
+        commit_or_rollback=resolution,
+        from_transaction_check=from_check,
+        msg_id=msg_id,
+    )
+    return request(RequestCode.END_TRANSACTION, 0, header.to_ext())
 
 
 @dataclass
