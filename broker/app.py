@@ -33,7 +33,7 @@ from broker.remoting.server import (
     ServerStatistics,
     serve_remoting,
 )
-from broker.tls import TlsMode, TlsPolicy, server_context
+from broker.tls import TlsMode, TlsPolicy, client_context, server_context
 
 _log = get_logger("broker")
 #: How long a stop waits for requests in flight before cutting connections.
@@ -122,7 +122,13 @@ async def serve_broker(
                     grpc_state = GrpcServerState()
                     host = broker.address.rpartition(":")[0]
                     cluster = (
-                        NamesrvRoutes(config.namesrv_addrs(), timeout_s=config.register_timeout_s)
+                        NamesrvRoutes(
+                            config.namesrv_addrs(),
+                            timeout_s=config.register_timeout_s,
+                            tls=client_context(config.namesrv_tls_ca)
+                            if config.namesrv_tls
+                            else None,
+                        )
                         if config.namesrv_addr
                         else None
                     )
@@ -137,7 +143,11 @@ async def serve_broker(
                         partial(serve_grpc, tls=TlsPolicy(mode, grpc_context)),
                         service,
                         grpc_listeners,
-                        GrpcLimits(max_message_size=config.max_message_size + 64 * 1024),
+                        GrpcLimits(
+                            max_message_size=config.max_message_size + 64 * 1024,
+                            max_connections_per_ip=config.max_connections_per_ip or None,
+                            idle_timeout_s=config.idle_timeout_s or None,
+                        ),
                         grpc_state,
                     )
                 registrar = None

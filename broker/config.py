@@ -65,9 +65,17 @@ class BrokerConfig:
     #: Long polls (and SYNC-mode stores) of one Remoting connection waiting at once; beyond
     #: it a request is answered SYSTEM_BUSY at once (clients retry later).
     max_waiting_per_connection: int = 64
-    #: A Remoting connection silent this long, with nothing waiting or unsent, is closed
-    #: (0: never).
+    #: A connection silent this long, with nothing waiting or unsent, is closed (0: never);
+    #: on the gRPC port: with no call open.
     idle_timeout_s: float = 120.0
+    #: Connections from one source address, per port, beyond which new ones are closed at
+    #: once (0: no cap).
+    max_connections_per_ip: int = 1024
+    #: A send read but not started after this long (the event loop is overloaded) is
+    #: answered SYSTEM_BUSY instead of stored (RocketMQ's ``waitTimeMillsInSendQueue``).
+    send_queue_wait_ms: int = 200
+    #: The same for every other Remoting request (RocketMQ's pull queue: 5 s).
+    queue_wait_ms: int = 5000
     #: At this disk usage or more, writes are refused (SERVICE_NOT_AVAILABLE) until space is
     #: freed; reads go on (RocketMQ's ``diskSpaceWarningLevelRatio``). 0: never.
     disk_full_ratio: float = 0.90
@@ -101,6 +109,11 @@ class BrokerConfig:
     #: The pop journal's bytes before a checkpoint snapshots the in-flight table again (also
     #: at least 64 per lease in flight); 0: a snapshot at every checkpoint.
     pop_snapshot_min_bytes: int = 256 * 1024
+    #: Talk TLS to the name servers (registrations, route lookups); with ``namesrv_tls_ca``
+    #: their certificate is verified against that PEM bundle, else not checked (RocketMQ's
+    #: client test mode: encrypted, but not proof against a man in the middle).
+    namesrv_tls: bool = False
+    namesrv_tls_ca: Path | None = None
     #: RocketMQ ACL 1.0 (``plain_acl.yml`` format, docs/security.md): every Remoting request
     #: is authenticated and authorised against this file, which is reloaded when it changes.
     #: None = ACL off (RocketMQ's ``aclEnable=false``).
@@ -133,6 +146,9 @@ class BrokerConfig:
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 65535:
                 raise ConfigError(f"{name} {value} is outside 0..65535")
+        for name in ("max_connections_per_ip", "send_queue_wait_ms", "queue_wait_ms"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative, not {getattr(self, name)}")
         if self.max_waiting_per_connection < 1:
             raise ConfigError("max_waiting_per_connection must be at least 1")
         if not 0 <= self.disk_full_ratio <= 1:
@@ -143,6 +159,8 @@ class BrokerConfig:
             )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key go together")
+        if self.namesrv_tls_ca is not None and not self.namesrv_tls:
+            raise ConfigError("namesrv_tls_ca needs namesrv_tls")
         if (self.acl_access_key is None) != (self.acl_secret_key is None):
             raise ConfigError("acl_access_key and acl_secret_key go together")
         self.namesrv_addrs()
@@ -350,6 +368,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-waiting-per-connection",
         type=int,
         help="long polls one connection may have waiting (default 64; beyond: SYSTEM_BUSY)",
+    )
+    p.add_argument(
+        "--namesrv-tls",
+        help="true: talk TLS to the name servers (default false)",
+    )
+    p.add_argument(
+        "--namesrv-tls-ca",
+        help="PEM bundle the name servers' certificates are verified against",
+    )
+    p.add_argument(
+        "--max-connections-per-ip",
+        type=int,
+        help="connections one source address may hold per port (default 1024, 0: no cap)",
+    )
+    p.add_argument(
+        "--send-queue-wait-ms",
+        type=int,
+        help="a send waiting in line this long is answered SYSTEM_BUSY (default 200, 0: no bound)",
+    )
+    p.add_argument(
+        "--queue-wait-ms",
+        type=int,
+        help="the same for other requests (default 5000, 0: no bound)",
     )
     p.add_argument(
         "--disk-full-ratio",

@@ -29,11 +29,14 @@ servers' expiry time. A stop takes at most about 2 x ``STOP_GRACE_S``.
 
 from __future__ import annotations
 
+import ssl
+
 import trio
 
 from broker.config import BrokerConfig
 from broker.grpc.cluster import PeerQueues
 from broker.logs import get_logger
+from broker.tls import client_context
 from broker.topics import TopicManager
 from protocol.acl import sign
 from protocol.bodies.admin import KVTable
@@ -66,18 +69,21 @@ class NamesrvCallError(Exception):
     """A name server could not be asked, or did not answer properly."""
 
 
-async def call_namesrv(addr: str, cmd: RemotingCommand) -> RemotingCommand:
-    """Send ``cmd`` to ``addr`` on a new connection and return the reply (callers bound the
-    wait with a cancel scope). The connection carries this one request, so its opaque is the
-    connection's first.
+async def call_namesrv(
+    addr: str, cmd: RemotingCommand, tls: ssl.SSLContext | None = None
+) -> RemotingCommand:
+    """Send ``cmd`` to ``addr`` on a new connection (TLS with ``tls``) and return the reply
+    (callers bound the wait with a cancel scope). The connection carries this one request,
+    so its opaque is the connection's first.
 
     Raises:
         NamesrvCallError: connecting, writing or reading failed, or the reply is malformed.
     """
     host, _, port = addr.rpartition(":")
+    stream: trio.abc.Stream
     try:
-        stream = await trio.open_tcp_stream(host, int(port))
-    except OSError as exc:
+        stream = await _connect(host, int(port), tls)
+    except (OSError, trio.BrokenResourceError) as exc:
         raise NamesrvCallError(f"cannot connect: {exc}") from None
     protocol = RemotingConnection(Role.CLIENT, max_frame_size=_MAX_REPLY)
     _, data = protocol.send_request(cmd)
@@ -93,6 +99,18 @@ async def call_namesrv(addr: str, cmd: RemotingCommand) -> RemotingCommand:
             raise NamesrvCallError(f"connection failed: {exc}") from None
         except ProtocolError as exc:
             raise NamesrvCallError(f"malformed reply: {exc}") from None
+
+
+async def _connect(host: str, port: int, tls: ssl.SSLContext | None) -> trio.abc.Stream:
+    if tls is None:
+        return await trio.open_tcp_stream(host, port)
+    stream = await trio.open_ssl_over_tcp_stream(host, port, ssl_context=tls)
+    try:
+        await stream.do_handshake()  # here, so that a refused handshake is a connect error
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+    return stream
 
 
 def _reply_in(protocol: RemotingConnection) -> RemotingCommand | None:
@@ -136,6 +154,7 @@ class Registrar:
         self._stopping = False
         self._stopped = trio.Event()
         self._loops = trio.CancelScope()
+        self._tls = client_context(config.namesrv_tls_ca) if config.namesrv_tls else None
 
     def poke(self) -> None:
         """Register again now with every name server (a topic changed)."""
@@ -202,7 +221,7 @@ class Registrar:
             cmd = sign(cmd, access_key, secret_key)
         with trio.move_on_after(bound_s):
             try:
-                reply = await call_namesrv(addr, cmd)
+                reply = await call_namesrv(addr, cmd, self._tls)
             except NamesrvCallError as exc:
                 self._failed(addr, what, str(exc))
                 return None
@@ -257,8 +276,16 @@ class NamesrvRoutes:
     clients themselves refresh routes every 30 s). A broker that registered no gRPC endpoint
     is left out; so is one without a master address."""
 
-    def __init__(self, namesrv_addrs: list[str], *, timeout_s: float, ttl_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        namesrv_addrs: list[str],
+        *,
+        timeout_s: float,
+        ttl_s: float = 5.0,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.namesrv_addrs = namesrv_addrs
+        self.tls = tls
         self.timeout_s = timeout_s
         self.ttl_s = ttl_s
         self._routes: dict[str, tuple[float, list[PeerQueues] | None]] = {}
@@ -281,10 +308,10 @@ class NamesrvRoutes:
         for addr in self.namesrv_addrs:
             with trio.move_on_after(self.timeout_s):
                 try:
-                    route_reply = await call_namesrv(addr, route_cmd)
+                    route_reply = await call_namesrv(addr, route_cmd, self.tls)
                     if route_reply.code == ResponseCode.TOPIC_NOT_EXIST:
                         return None
-                    kv_reply = await call_namesrv(addr, kv_cmd)
+                    kv_reply = await call_namesrv(addr, kv_cmd, self.tls)
                 except NamesrvCallError as exc:
                     _log.info("route lookup failed", namesrv=addr, topic=topic, error=str(exc))
                     continue

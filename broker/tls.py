@@ -64,6 +64,23 @@ def server_context(
     return context
 
 
+def client_context(ca: Path | None) -> ssl.SSLContext:
+    """What the broker connects to its name servers with: verifying their certificate against
+    the PEM bundle ``ca`` (host name included), or, without one, encrypting without checking
+    whom it talks to (RocketMQ's client test mode, which its ``tls.enable`` clients default to:
+    it protects against eavesdroppers, not against an active man in the middle).
+
+    Raises:
+        OSError, ssl.SSLError: ``ca`` cannot be read.
+    """
+    if ca is not None:
+        return ssl.create_default_context(cafile=str(ca))
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
 def self_signed(now: datetime.datetime) -> tuple[bytes, bytes]:
     """A self-signed certificate and its key (PEM) for ``localhost`` and 127.0.0.1."""
     key = ec.generate_private_key(ec.SECP256R1())

@@ -29,6 +29,7 @@ writes its responses with :meth:`Call.send`; the call ends with the handler's st
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -37,7 +38,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 import trio
 
 from broker.logs import get_logger
-from broker.peers import peer_of
+from broker.peers import PeerCounts, peer_of
 from broker.tls import TlsPolicy
 from protocol.grpc.codes import GrpcStatus
 from protocol.grpc.connection import (
@@ -97,7 +98,14 @@ class GrpcLimits:
 
     max_connections: int = 4096
     max_message_size: int = 4 * 1024 * 1024 + 64 * 1024
+    #: Calls one connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS:
+    #: the clients queue further calls on their side; a stream beyond it is refused).
     max_concurrent_streams: int = 1000
+    #: Connections from one source address beyond which new ones are closed (None: no cap).
+    max_connections_per_ip: int | None = 1024
+    #: A connection with no call open and none started or ended for this long is closed
+    #: with GOAWAY (gRPC's ``max_connection_idle``; None: never). Pings do not count.
+    idle_timeout_s: float | None = 120.0
 
 
 @dataclass(slots=True)
@@ -111,6 +119,9 @@ class GrpcServerState:
     in_flight: int = 0
     broken: int = 0
     tls: int = 0
+    refused_per_ip: int = 0
+    idle_closed: int = 0
+    per_ip: PeerCounts = field(default_factory=PeerCounts)
 
     def statistics(self) -> GrpcStatistics:
         """A snapshot."""
@@ -122,6 +133,8 @@ class GrpcServerState:
             self.in_flight,
             self.broken,
             self.tls,
+            self.refused_per_ip,
+            self.idle_closed,
         )
 
 
@@ -138,6 +151,10 @@ class GrpcStatistics:
     broken: int
     #: Connections that spoke TLS.
     tls: int
+    #: Connections closed at once: their source address had ``max_connections_per_ip``.
+    refused_per_ip: int = 0
+    #: Connections closed (GOAWAY) after ``idle_timeout_s`` without a call.
+    idle_closed: int = 0
 
 
 class _Link:
@@ -383,6 +400,12 @@ async def handle_grpc_stream(
         state.refused += 1
         await trio.aclose_forcefully(stream)
         return
+    if not state.per_ip.admit(peer, limits.max_connections_per_ip):
+        state.refused_per_ip += 1
+        _log.warning("gRPC connection refused: per-address limit reached", peer=peer,
+                     limit=limits.max_connections_per_ip)  # fmt: skip
+        await trio.aclose_forcefully(stream)
+        return
     state.connections += 1
     state.accepted += 1
     try:
@@ -400,6 +423,7 @@ async def handle_grpc_stream(
         _log.exception("gRPC connection failed", peer=peer)
     finally:
         state.connections -= 1
+        state.per_ip.release(peer)
         service.connection_closed(peer)
         await trio.aclose_forcefully(stream)
 
@@ -409,10 +433,15 @@ class _Connection:
     that the server's cancellation does not reach (it is shielded): the handler task
     stops it gracefully first (:meth:`stop`), then cancels :attr:`scope`."""
 
-    def __init__(self, service: Service, state: GrpcServerState, link: _Link) -> None:
+    def __init__(
+        self, service: Service, state: GrpcServerState, link: _Link, idle_timeout_s: float
+    ) -> None:
         self.service = service
         self.state = state
         self.link = link
+        self.idle_timeout_s = idle_timeout_s
+        #: When a call last started or ended (trio time): idleness counts from there.
+        self.last_active = trio.current_time()
         self.calls: dict[int, Call] = {}
         self.scope = trio.CancelScope(shield=True)
         self.done = trio.Event()
@@ -447,6 +476,7 @@ class _Connection:
         connection (the reader would otherwise wait for bytes that never come)."""
         self._calls_changed.set()
         self._calls_changed = trio.Event()
+        self.last_active = trio.current_time()
         if self.link.protocol.going_away and not self.calls and not self._stopping:
             self._read_scope.cancel()
 
@@ -488,7 +518,8 @@ async def _serve_connection(
     link = _Link(stream, protocol, peer)
     protocol.initiate()
     link.take()
-    connection = _Connection(service, state, link)
+    idle_s = limits.idle_timeout_s if limits.idle_timeout_s is not None else math.inf
+    connection = _Connection(service, state, link, idle_s)
     async with trio.open_nursery() as guard:
         guard.start_soon(connection.run)
         try:
@@ -518,9 +549,20 @@ async def _read(
     protocol = link.protocol
     while True:
         try:
-            data = await link.stream.receive_some(RECEIVE_SIZE)
+            with trio.move_on_at(connection.last_active + connection.idle_timeout_s) as idle:
+                data = await link.stream.receive_some(RECEIVE_SIZE)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
+        if idle.cancelled_caught:
+            if calls:  # a parked receive or a Telemetry stream: not idle
+                connection.last_active = trio.current_time()
+                continue
+            if trio.current_time() < connection.last_active + connection.idle_timeout_s:
+                continue  # a call ended meanwhile
+            state.idle_closed += 1
+            _log.info("closing idle gRPC connection", peer=link.peer,
+                      idle_s=connection.idle_timeout_s)  # fmt: skip
+            return  # our GOAWAY (NO_ERROR) is written on the way out
         if not data:
             return
         if protocol.closed:
@@ -541,6 +583,7 @@ async def _read(
                 call = _new_call(ev, link, with_task=waits)
                 calls[ev.stream_id] = call
                 state.calls += 1
+                connection.last_active = trio.current_time()
                 if waits:
                     nursery.start_soon(_run_call, service, state, connection, call, ev.timeout_s)
             elif isinstance(ev, CallHalfClosed):

@@ -31,6 +31,8 @@ class NamesrvConfig:
     #: Where the KV config is kept (RocketMQ's kvConfig.json); None: in memory only.
     kv_config_path: Path | None = None
     max_connections: int = 4096
+    #: Connections from one source address beyond which new ones are closed (0: no cap).
+    max_connections_per_ip: int = 1024
     max_frame_size: int = 16 * 1024 * 1024
     #: Replies queued per connection before handlers wait for the socket (back-pressure).
     write_queue: int = 256
@@ -65,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drop a broker silent this long (default 120)")  # fmt: skip
     p.add_argument("--scan-interval-s", type=float,
                    help="how often silent brokers are looked for (default 5)")  # fmt: skip
+    p.add_argument(
+        "--max-connections-per-ip",
+        type=int,
+        help="connections one source address may hold (default 1024, 0: no cap)",
+    )
     p.add_argument("--kv-config-path", help="file for the KV config (default: memory only)")
     p.add_argument(
         "--acl-file",

@@ -40,7 +40,7 @@ from typing import Any, Generic, NoReturn, Protocol, TypeVar
 import trio
 
 from broker.logs import get_logger
-from broker.peers import peer_of
+from broker.peers import PeerCounts, peer_of
 from broker.remoting.connection import Connection, encode_reply, run_writer
 from broker.remoting.dispatch import Registry
 from broker.tls import TlsPolicy
@@ -83,6 +83,14 @@ class Dispatcher(Protocol):
     def may_wait(self, code: int) -> bool:
         """Whether a request with ``code`` may wait long enough to need a task of its own."""
 
+    def queue_bound_s(self, code: int) -> float:
+        """How long a request with ``code`` may wait in line (read but not yet started)
+        before it is answered SYSTEM_BUSY instead of run (math.inf: no bound)."""
+
+    @property
+    def shortest_queue_bound_s(self) -> float:
+        """The least of :meth:`queue_bound_s` over every code (a cheap first test)."""
+
     def connection_closed(self, conn: Connection) -> None:
         """``conn`` is gone: forget whatever was kept about it (the broker's consumers)."""
 
@@ -99,6 +107,9 @@ class BoundRegistry(Generic[Ctx]):
         guard: with ACL on, asked about every request before its handler (see the module
             docstring).
         state: the server's bookkeeping, which counts the requests the guard refused.
+        send_queue_wait_s: how long a storing request (a send) may wait in line before it
+            is answered SYSTEM_BUSY (RocketMQ's ``waitTimeMillsInSendQueue``: 200 ms).
+        queue_wait_s: the same for every other request (RocketMQ's pull queue: 5 s).
     """
 
     def __init__(
@@ -110,6 +121,8 @@ class BoundRegistry(Generic[Ctx]):
         on_close: Callable[[Connection], None] | None = None,
         guard: Guard | None = None,
         state: ServerState | None = None,
+        send_queue_wait_s: float = math.inf,
+        queue_wait_s: float = math.inf,
     ) -> None:
         self.registry = registry
         self.ctx = ctx
@@ -119,6 +132,10 @@ class BoundRegistry(Generic[Ctx]):
         self._state = state
         # Asked once per request: a set lookup, not two calls through the registry.
         self._waiting = frozenset(registry.parking | (registry.storing if sync else set()))
+        self._storing = frozenset(registry.storing)
+        self._send_queue_wait_s = send_queue_wait_s
+        self._queue_wait_s = queue_wait_s
+        self.shortest_queue_bound_s = min(send_queue_wait_s, queue_wait_s)
 
     def dispatch(self, conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand | None]:
         """Run the handler of ``cmd.code`` (errors become error replies), unless the guard
@@ -135,6 +152,10 @@ class BoundRegistry(Generic[Ctx]):
     def may_wait(self, code: int) -> bool:
         """Parking codes, and storing codes in SYNC mode."""
         return code in self._waiting
+
+    def queue_bound_s(self, code: int) -> float:
+        """``send_queue_wait_s`` for storing codes, ``queue_wait_s`` for the rest."""
+        return self._send_queue_wait_s if code in self._storing else self._queue_wait_s
 
     def connection_closed(self, conn: Connection) -> None:
         """Pass the news on to ``on_close``."""
@@ -158,6 +179,8 @@ class ServerLimits:
     #: A connection that sends nothing and has nothing running or unsent for this long is
     #: closed (None: never).
     idle_timeout_s: float | None = 120.0
+    #: Connections from one source address beyond this are closed at once (None: no cap).
+    max_connections_per_ip: int | None = 1024
 
     @classmethod
     def of(cls, config: _LimitSettings) -> ServerLimits:
@@ -169,6 +192,7 @@ class ServerLimits:
             config.write_queue,
             getattr(config, "max_waiting_per_connection", 64),
             idle if idle and idle > 0 else None,
+            config.max_connections_per_ip or None,
         )
 
 
@@ -179,6 +203,8 @@ class _LimitSettings(Protocol):
     def max_frame_size(self) -> int: ...
     @property
     def write_queue(self) -> int: ...
+    @property
+    def max_connections_per_ip(self) -> int: ...
 
 
 # ------------------------------------------------------------------ bookkeeping
@@ -210,6 +236,11 @@ class ServerStatistics:
     busy: int = 0
     #: Connections closed for idleness.
     idle_closed: int = 0
+    #: Connections closed at once because their source address had
+    #: ``max_connections_per_ip`` open.
+    refused_per_ip: int = 0
+    #: Requests answered SYSTEM_BUSY because they waited in line past their bound.
+    shed: int = 0
 
 
 class ServerState:
@@ -234,6 +265,11 @@ class ServerState:
         self.busy = 0
         #: Connections closed for idleness.
         self.idle_closed = 0
+        #: Connections refused by the per-address cap, and requests shed after waiting in
+        #: line too long.
+        self.refused_per_ip = 0
+        self.shed = 0
+        self.per_ip = PeerCounts()
         # Tasks in wait_drained; empty (and so free to poke) except during a stop.
         self._drain_waiters = trio.lowlevel.ParkingLot()
 
@@ -294,6 +330,8 @@ class ServerState:
             tls=self.tls,
             busy=self.busy,
             idle_closed=self.idle_closed,
+            refused_per_ip=self.refused_per_ip,
+            shed=self.shed,
         )
 
 
@@ -333,6 +371,26 @@ async def handle_stream(
         await stream.aclose()
         return
     peer = peer_of(stream)
+    if not state.per_ip.admit(peer, limits.max_connections_per_ip):
+        state.refused_per_ip += 1
+        _log.warning("connection refused: per-address limit reached", peer=peer,
+                     limit=limits.max_connections_per_ip)  # fmt: skip
+        await trio.aclose_forcefully(stream)
+        return
+    try:
+        await _serve_stream(dispatcher, limits, state, stream, peer, tls)
+    finally:
+        state.per_ip.release(peer)
+
+
+async def _serve_stream(
+    dispatcher: Dispatcher,
+    limits: ServerLimits,
+    state: ServerState,
+    stream: trio.abc.Stream,
+    peer: str,
+    tls: TlsPolicy | None,
+) -> None:
     if tls is not None:
         served, is_tls = await tls.accept(stream)
         if served is None:
@@ -389,9 +447,9 @@ async def _read_requests(
             state.idle_closed += 1
             _log.info("closing idle connection", peer=conn.peer, idle_s=idle_s)
             return
-        conn.last_active = trio.current_time()
+        conn.last_active = received_at = trio.current_time()
         conn.protocol.receive_data(data)
-        more = await _run_requests(dispatcher, limits, state, conn, nursery)
+        more = await _run_requests(dispatcher, limits, state, conn, nursery, received_at)
         await conn.flush()  # the burst's replies, before a close too
         if not more:
             return
@@ -403,9 +461,13 @@ async def _run_requests(
     state: ServerState,
     conn: Connection,
     nursery: trio.Nursery,
+    received_at: float,
 ) -> bool:
-    """Run every complete request; False when the connection must close."""
+    """Run every complete request of what was read at ``received_at``; False when the
+    connection must close. A request that waited in line past its bound (the requests
+    before it in the same read took that long) is answered SYSTEM_BUSY instead."""
     protocol = conn.protocol
+    shortest_bound = dispatcher.shortest_queue_bound_s
     while True:
         try:
             event = protocol.next_event()
@@ -417,19 +479,23 @@ async def _run_requests(
             return True
         if type(event) is Request:  # the common case first
             cmd = event.command
+            waited = trio.current_time() - received_at
+            if waited > shortest_bound and waited > dispatcher.queue_bound_s(cmd.code):
+                state.shed += 1
+                _refuse_busy(conn, cmd, _in_line(waited, dispatcher.queue_bound_s(cmd.code)))
+                continue
             if dispatcher.may_wait(cmd.code):
                 if conn.waiting >= limits.max_waiting_per_connection:
                     state.busy += 1
-                    if not cmd.is_oneway:
-                        busy = cmd.response(
-                            ResponseCode.SYSTEM_BUSY,
-                            f"system busy: {conn.waiting} requests of this connection wait "
-                            f"(limit {limits.max_waiting_per_connection})",
-                        )
-                        conn.hold(encode_reply(protocol, cmd, busy))
+                    _refuse_busy(
+                        conn,
+                        cmd,
+                        f"system busy: {conn.waiting} requests of this connection wait "
+                        f"(limit {limits.max_waiting_per_connection})",
+                    )
                     continue
                 conn.waiting += 1
-                nursery.start_soon(_run_request, dispatcher, state, conn, cmd)
+                nursery.start_soon(_run_request, dispatcher, state, conn, cmd, received_at)
             else:
                 await _run_inline(dispatcher, state, conn, cmd)
                 if len(conn.held) >= _MAX_HELD:
@@ -442,6 +508,20 @@ async def _run_requests(
         elif isinstance(event, Closed):
             return False
         # Responses: answers to our oneway notifications, nothing to do.
+
+
+def _in_line(waited_s: float, bound_s: float) -> str:
+    # RocketMQ's words (TIMEOUT_CLEAN_QUEUE), which its clients' logs and operators know.
+    return (
+        f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: "
+        f"{waited_s * 1000:.0f}ms, limit {bound_s * 1000:.0f}ms"
+    )
+
+
+def _refuse_busy(conn: Connection, cmd: RemotingCommand, remark: str) -> None:
+    """Answer ``cmd`` SYSTEM_BUSY with the burst's replies (a oneway one is dropped)."""
+    if not cmd.is_oneway:
+        conn.hold(encode_reply(conn.protocol, cmd, cmd.response(ResponseCode.SYSTEM_BUSY, remark)))
 
 
 async def _run_inline(
@@ -458,13 +538,25 @@ async def _run_inline(
 
 
 async def _run_request(
-    dispatcher: Dispatcher, state: ServerState, conn: Connection, cmd: RemotingCommand
+    dispatcher: Dispatcher,
+    state: ServerState,
+    conn: Connection,
+    cmd: RemotingCommand,
+    received_at: float,
 ) -> None:
     """Run a request in a task of its own (counted in ``conn.waiting`` by its starter); it
-    writes its reply itself."""
+    writes its reply itself. A task that starts only past the request's queue bound (an
+    overloaded event loop) answers SYSTEM_BUSY instead."""
     state.request_started()
     try:
-        reply = await dispatcher.dispatch(conn, cmd)
+        waited, bound = trio.current_time() - received_at, dispatcher.queue_bound_s(cmd.code)
+        if waited > bound:
+            state.shed += 1
+            reply: RemotingCommand | None = cmd.response(
+                ResponseCode.SYSTEM_BUSY, _in_line(waited, bound)
+            )
+        else:
+            reply = await dispatcher.dispatch(conn, cmd)
         if reply is not None and not cmd.is_oneway:
             await conn.send_response(cmd, reply)
     finally:

@@ -10,9 +10,10 @@ fake dispatcher, on the mock clock.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -688,23 +689,32 @@ async def test_garbage_closes_that_connection_only(tmp_path: Path, garbage: byte
 
 # ---------------------------------------------------------------- the server over memory streams
 #: Request codes of the fake dispatcher: one parks until released, one answers at once.
-PARK, QUICK = 9001, 9002
+PARK, QUICK, HOG = 9001, 9002, 9003
 
 
 class FakeDispatcher:
     """Answers every request with its code in the remark; PARK waits for ``release``."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, queue_bound_s: float = math.inf, hog: Callable[[], object] = lambda: None
+    ) -> None:
         self.release = trio.Event()
         self.closed: list[Connection] = []
+        self.shortest_queue_bound_s = queue_bound_s
+        self.hog = hog
 
     async def dispatch(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
         if cmd.code == PARK:
             await self.release.wait()
+        elif cmd.code == HOG:
+            self.hog()  # holds the event loop without a checkpoint (a CPU-bound burst)
         return None if cmd.is_oneway else cmd.response(remark=f"code {cmd.code}")
 
     def may_wait(self, code: int) -> bool:
         return code == PARK
+
+    def queue_bound_s(self, code: int) -> float:
+        return self.shortest_queue_bound_s
 
     def connection_closed(self, conn: Connection) -> None:
         self.closed.append(conn)
@@ -892,3 +902,51 @@ async def test_memory_stream_idle_connections_are_closed_unless_something_waits(
             await client.closed.wait()
         assert 120 <= trio.current_time() - silent_from <= 125
     assert state.statistics().idle_closed == 1
+
+
+async def test_memory_stream_requests_that_waited_in_line_too_long_are_shed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # HOG takes the event loop for 1 s of (mock) time; the bound is 0.5 s.
+    dispatcher = FakeDispatcher(0.5, hog=lambda: autojump_clock.jump(1))
+    state = ServerState()
+    async with memory_server(dispatcher, state) as client:
+        # Behind HOG in the same read: the quick and the parking request are both late.
+        opaques = [client.next_opaque() for _ in range(3)]
+        burst = [request(HOG, opaques[0]), request(QUICK, opaques[1]), request(PARK, opaques[2])]
+        await client.send_raw(b"".join(encode_command(c) for c in burst))
+        assert (await client.reply(opaques[0])).code == ResponseCode.SUCCESS
+        for opaque in opaques[1:]:
+            shed = await client.reply(opaque)
+            assert shed.code == ResponseCode.SYSTEM_BUSY
+            assert "[TIMEOUT_CLEAN_QUEUE]" in (shed.remark or "")
+            assert "period in queue: 1000ms, limit 500ms" in (shed.remark or "")
+        # A parked request whose task could start only after HOG: shed in its task.
+        parked, hog = client.next_opaque(), client.next_opaque()
+        burst = [request(PARK, parked), request(HOG, hog)]
+        await client.send_raw(b"".join(encode_command(c) for c in burst))
+        assert (await client.reply(parked)).code == ResponseCode.SYSTEM_BUSY
+        # Nothing is stuck: the next read runs normally.
+        assert (await client.call(QUICK)).code == ResponseCode.SUCCESS
+        assert state.statistics().in_flight == 0
+    assert state.statistics().shed == 3
+
+
+async def test_connections_per_source_address_are_capped(tmp_path: Path) -> None:
+    async with open_broker(tmp_path, max_connections_per_ip=2) as broker:
+        async with open_client(broker.port) as first, open_client(broker.port) as second:
+            # The third from 127.0.0.1 is closed at once; the two keep working.
+            async with open_client(broker.port) as third:
+                with trio.fail_after(5):
+                    await third.closed.wait()
+            await assert_usable(first)
+            await assert_usable(second)
+            stats = broker.statistics().remoting
+            assert (stats.refused_per_ip, stats.connections) == (1, 2)
+        # Their slots are free again once they close.
+        with trio.fail_after(5):
+            while broker.statistics().remoting.connections:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+        async with open_client(broker.port) as a, open_client(broker.port) as b:
+            await assert_usable(a)
+            await assert_usable(b)

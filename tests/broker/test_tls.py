@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 import trustme
 
 import broker.tls as tls_module
+from broker.registration import Registrar
 from client.config import ClientConfig
 from client.message import Message
 from client.producer import Producer
@@ -23,6 +25,7 @@ from protocol.codes import RequestCode, ResponseCode
 from tests.broker.client import BrokerClient, attach_client, open_broker, open_client
 from tests.broker.grpc.client import client_ssl_context, connect_tls
 from tests.client.harness import broker_thread, run
+from tests.namesrv.support import open_namesrv, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -144,3 +147,62 @@ def test_our_clients_over_tls(tmp_path: Path, certs: Certs, mode: str) -> None:
         context.check_hostname = False  # the broker advertises 127.0.0.1
         config = ClientConfig(namesrv_addr=b.address, request_timeout=5.0, tls=context)
         run("trio", _produce_consume, config)
+
+
+async def test_brokers_register_over_tls_with_an_enforcing_name_server(
+    tmp_path: Path, certs: Certs
+) -> None:
+    ca_file = tmp_path / "ca.pem"
+    certs.ca.cert_pem.write_to_path(str(ca_file))
+    tls: dict[str, Any] = {"tls_mode": "enforcing", "tls_cert": certs.cert, "tls_key": certs.key}
+    with trio.fail_after(TIMEOUT):
+        async with open_namesrv(**tls) as namesrv:
+            addr = f"127.0.0.1:{namesrv.port}"
+            settings = {"namesrv_addr": addr, "register_interval_s": 0.2, "broker_name": "v"}
+            async with (
+                open_broker(tmp_path / "v", namesrv_tls=True, namesrv_tls_ca=ca_file, **settings)
+                as verified,
+                open_broker(tmp_path / "u", **{**settings, "broker_name": "u"}, namesrv_tls=True)
+                as unverified,
+                open_broker(tmp_path / "p", **{**settings, "broker_name": "p"}) as plaintext,
+            ):  # fmt: skip
+                registrars: list[Registrar] = []
+                for handle in (verified, unverified, plaintext):
+                    assert handle.registrar is not None
+                    registrars.append(handle.registrar)
+                await wait_until(
+                    lambda: _true(all(r.registered[addr] >= 2 for r in registrars[:2])), 10
+                )
+                # The plaintext one was refused all along (enforcing closes plaintext).
+                assert registrars[2].registered[addr] == 0 and addr in registrars[2].failing
+                # The name server's routes came over TLS too.
+                async with attach_client(await tls_client_to(namesrv.port, certs)) as client:
+                    reply = await client.call(
+                        RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}
+                    )
+                    assert reply.code == ResponseCode.SUCCESS, reply.remark
+                    assert (
+                        b'"v"' in reply.body and b'"u"' in reply.body and b'"p"' not in reply.body
+                    )
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_name_server_certificate_that_does_not_verify_is_refused(
+    tmp_path: Path, certs: Certs
+) -> None:
+    other_ca = tmp_path / "other-ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(other_ca))
+    tls: dict[str, Any] = {"tls_mode": "enforcing", "tls_cert": certs.cert, "tls_key": certs.key}
+    with trio.fail_after(TIMEOUT):
+        async with open_namesrv(**tls) as namesrv:
+            addr = f"127.0.0.1:{namesrv.port}"
+            async with open_broker(
+                tmp_path, namesrv_addr=addr, namesrv_tls=True, namesrv_tls_ca=other_ca
+            ) as broker:
+                registrar = broker.registrar
+                assert registrar is not None
+                await wait_until(lambda: _true(addr in registrar.failing), 10)
+                assert registrar.registered[addr] == 0

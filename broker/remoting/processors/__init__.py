@@ -4,6 +4,7 @@ import side effects."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from broker.acl import AclGuard
@@ -124,4 +125,10 @@ def broker_dispatcher(broker: Broker) -> BoundRegistry[BrokerContext]:
         on_close=ctx.connection_closed,
         guard=None if acl_file is None else AclGuard(acl_file, authorize_request),
         state=ctx.server,
+        send_queue_wait_s=_bound_s(broker.config.send_queue_wait_ms),
+        queue_wait_s=_bound_s(broker.config.queue_wait_ms),
     )
+
+
+def _bound_s(ms: int) -> float:
+    return ms / 1000 if ms > 0 else math.inf

@@ -202,6 +202,7 @@ async def memory_connection(
     service: FakeService,
     *,
     pair: Callable[[], tuple[Any, Any]] = trio.testing.memory_stream_pair,
+    limits: GrpcLimits | None = None,
     **client_kwargs: Any,
 ) -> AsyncIterator[MemoryConnection]:
     """One connection served by ``handle_grpc_stream`` over an in-memory stream pair."""
@@ -212,7 +213,7 @@ async def memory_connection(
     async def serve() -> None:
         try:
             with scope:
-                await handle_grpc_stream(service, GrpcLimits(), state, None, server_end)
+                await handle_grpc_stream(service, limits or GrpcLimits(), state, None, server_end)
         finally:
             finished.set()
 
@@ -785,3 +786,46 @@ async def test_broker_stop_over_tls(tmp_path: Path) -> None:
                 assert reply.status == UNAVAILABLE
                 await client.wait_closed()
                 assert client.goaway is not None
+
+
+# ---------------------------------------------------------------- limits
+async def test_a_connection_without_calls_is_closed_after_the_idle_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    service = FakeService()
+    limits = GrpcLimits(idle_timeout_s=120)
+    async with memory_connection(service, limits=limits) as conn:
+        client = conn.client
+        # An open call (a parked receive, a Telemetry stream) keeps the connection.
+        async with client.open_call("/t.Test/Forever") as call:
+            await call.send(b"x", end=True)
+            await service.wait_started("Forever")
+            await trio.sleep(300)
+            assert not client.closed.is_set()
+        # (Leaving the block reset the call.) A call now and then keeps it too; silence
+        # past the timeout ends it with GOAWAY.
+        await trio.sleep(100)
+        assert (await client.unary("/t.Test/Echo", b"hi")).status == 0
+        quiet_from = trio.current_time()
+        with trio.fail_after(200):
+            await conn.finished.wait()
+        assert 120 <= trio.current_time() - quiet_from <= 121
+        assert client.goaway is not None and client.goaway.error_code == 0
+    assert conn.state.statistics().idle_closed == 1
+
+
+async def test_connections_per_source_address_are_capped() -> None:
+    service = FakeService()
+    with trio.fail_after(TIMEOUT):
+        async with serve_fake(service, limits=GrpcLimits(max_connections_per_ip=2)) as served:
+            async with open_grpc_client(served.port) as a, open_grpc_client(served.port) as b:
+                async with open_grpc_client(served.port) as third:
+                    await third.wait_closed()
+                for client in (a, b):
+                    assert (await client.unary("/t.Test/Echo", b"ok")).status == 0
+                assert (served.state.refused_per_ip, served.state.connections) == (1, 2)
+            while served.state.connections:  # noqa: ASYNC110 (bounded by fail_after)
+                await trio.sleep(0.01)
+            async with open_grpc_client(served.port) as a, open_grpc_client(served.port) as b:
+                for client in (a, b):
+                    assert (await client.unary("/t.Test/Echo", b"ok")).status == 0
