@@ -483,23 +483,21 @@ async def _run_requests(
             if waited > shortest_bound and waited > dispatcher.queue_bound_s(cmd.code):
                 state.shed += 1
                 _refuse_busy(conn, cmd, _in_line(waited, dispatcher.queue_bound_s(cmd.code)))
-                continue
-            if dispatcher.may_wait(cmd.code):
-                if conn.waiting >= limits.max_waiting_per_connection:
-                    state.busy += 1
-                    _refuse_busy(
-                        conn,
-                        cmd,
-                        f"system busy: {conn.waiting} requests of this connection wait "
-                        f"(limit {limits.max_waiting_per_connection})",
-                    )
-                    continue
+            elif not dispatcher.may_wait(cmd.code):
+                await _run_inline(dispatcher, state, conn, cmd)
+            elif conn.waiting >= limits.max_waiting_per_connection:
+                state.busy += 1
+                _refuse_busy(
+                    conn,
+                    cmd,
+                    f"system busy: {conn.waiting} requests of this connection wait "
+                    f"(limit {limits.max_waiting_per_connection})",
+                )
+            else:
                 conn.waiting += 1
                 nursery.start_soon(_run_request, dispatcher, state, conn, cmd, received_at)
-            else:
-                await _run_inline(dispatcher, state, conn, cmd)
-                if len(conn.held) >= _MAX_HELD:
-                    await conn.flush()
+            if len(conn.held) >= _MAX_HELD:  # bounds what one read can pile up
+                await conn.flush()
         elif isinstance(event, Malformed):
             state.malformed += 1
             answer = protocol.answer_malformed(event)

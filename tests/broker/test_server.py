@@ -49,6 +49,7 @@ from protocol.message import decode_record
 from protocol.msgid import decode_offset_msg_id
 from protocol.properties import DELAY, TAGS, UNIQ_KEY, encode_properties
 from tests.broker.client import BrokerClient, attach_client, open_broker, open_client
+from tests.broker.test_pull_offsets import pull_request
 from tests.protocol.captures import Capture, all_captures, capture
 
 pytestmark = pytest.mark.integration
@@ -950,3 +951,46 @@ async def test_connections_per_source_address_are_capped(tmp_path: Path) -> None
         async with open_client(broker.port) as a, open_client(broker.port) as b:
             await assert_usable(a)
             await assert_usable(b)
+
+
+async def test_a_client_that_never_reads_is_held_back_and_stalls_nobody(tmp_path: Path) -> None:
+    """A client floods 1 KiB x 32 pulls and reads nothing: the broker stops reading it once
+    its bounded reply queue is full (frames unsent stay bounded, so memory does), and
+    another client is served meanwhile."""
+    topic = "flooded"
+    async with open_broker(tmp_path) as broker, open_client(broker.port) as client:
+        for _ in range(32):
+            sent_ok = await client.request(send_v2(send_header(topic), b"x" * 1024))
+            assert sent_ok.code == ResponseCode.SUCCESS, sent_ok.remark
+        # Ten 32-message pulls (~330 KiB of replies) per write.
+        pulls = b"".join(encode_command(pull_request(0, topic=topic, opaque=o)) for o in range(10))
+        flooder = await trio.open_tcp_stream("127.0.0.1", broker.port)
+        sent = 0
+
+        async def flood() -> None:
+            nonlocal sent
+            for _ in range(4000):  # 40,000 pulls (~1.3 GB of replies) if nothing held it back
+                await flooder.send_all(pulls)
+                sent += 1
+
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(flood)
+                # Wait until the flood is stuck: the broker no longer reads it.
+                last, still_since = -1, trio.current_time()
+                while trio.current_time() - still_since < 1.0:  # bounded by fail_after
+                    await trio.sleep(0.05)
+                    if sent != last:
+                        last, still_since = sent, trio.current_time()
+                assert sent < 4000
+                stats = broker.statistics().remoting
+                # The writer's queue and the batch it is writing, the reader's held
+                # replies, and one reply per waiting task.
+                assert stats.unsent <= 256 + 128 + 16 + 64, stats
+                with trio.fail_after(2):
+                    await assert_usable(client)
+                nursery.cancel_scope.cancel()
+        await trio.aclose_forcefully(flooder)
+        with trio.fail_after(10):
+            while broker.statistics().remoting.connections != 1:  # noqa: ASYNC110
+                await trio.sleep(0.01)
