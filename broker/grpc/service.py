@@ -34,9 +34,9 @@ from broker.grpc.server import Call, GrpcError, Handler
 from broker.grpc.status import code_of_error, code_of_put, status
 from broker.logs import get_logger
 from broker.schedule import delivery_time
-from protocol.acl import grpc as acl_grpc
+from protocol.acl.check import AnyRules, authorize_call
 from protocol.acl.decide import Refusal
-from protocol.acl.rules import AclRules, IPAddress
+from protocol.acl.rules import IPAddress
 from protocol.bodies.route import is_readable, is_writeable
 from protocol.errors import ReceiptError, TrimqError
 from protocol.grpc import schema
@@ -114,7 +114,8 @@ class MessagingService:
         self.clients = clients
         #: The cluster's routes (name servers), None for a standalone broker.
         self.cluster = cluster
-        #: ACL 1.0 (``--acl-file``): every call's credential and rights; None when off.
+        #: ACL (``--acl-file``, either format): every call's credential and rights; None
+        #: when off.
         self.acl = acl
         unary: dict[str, Callable[[Call, Any], Awaitable[Any]]] = {
             "QueryRoute": self.query_route,
@@ -166,11 +167,10 @@ class MessagingService:
         right on a resource it names), None when it may run or ACL is off."""
         if self.acl is None:
             return None
-        needs = acl_grpc.needs_of(method, req)
         unauthenticated: list[bool] = []
 
-        def decide(rules: AclRules, peer: IPAddress | None) -> Refusal | None:
-            found = acl_grpc.authorize_call(rules, call.metadata, peer, needs)
+        def decide(rules: AnyRules, peer: IPAddress | None) -> Refusal | None:
+            found = authorize_call(rules, call.metadata, peer, method, req)
             if found is None:
                 return None
             unauthenticated.append(found[1])
