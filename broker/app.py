@@ -24,7 +24,7 @@ from broker.core.broker import Broker, BrokerStatistics, open_broker
 from broker.grpc.server import GrpcLimits, GrpcServerState, GrpcStatistics, serve_grpc
 from broker.grpc.service import GrpcEndpoint, build_service
 from broker.logs import get_logger
-from broker.prometheus import open_prometheus
+from broker.prometheus import RefusalSource, open_prometheus
 from broker.registration import NamesrvRoutes, Registrar
 from broker.remoting.context import BrokerContext
 from broker.remoting.processors import broker_dispatcher
@@ -104,7 +104,15 @@ async def serve_broker(
         async with open_broker(config, port=port, clock=clock, disk_probe=disk_probe) as broker:
             dispatcher = broker_dispatcher(broker)
             ctx, server = dispatcher.ctx, dispatcher.ctx.server
-            prometheus = open_prometheus(config.host, config.prometheus_port, broker.metrics)
+            grpc_state = None if grpc_port is None else GrpcServerState()
+            sources: dict[str, RefusalSource] = {
+                "remoting": (server.refusal_counts, lambda: len(server.open_connections))
+            }
+            if grpc_state is not None:
+                sources["grpc"] = (grpc_state.refusal_counts, lambda: grpc_state.connections)
+            prometheus = open_prometheus(
+                config.host, config.prometheus_port, broker.metrics, sources
+            )
             async with prometheus as prometheus_port, trio.open_nursery() as front:
                 mode, now = TlsMode(config.tls_mode), _utc(clock)
                 remoting_tls = TlsPolicy(
@@ -117,9 +125,7 @@ async def serve_broker(
                     ServerLimits.of(config),
                     server,
                 )
-                grpc_state = None
-                if grpc_port is not None:
-                    grpc_state = GrpcServerState()
+                if grpc_state is not None and grpc_port is not None:
                     host = broker.address.rpartition(":")[0]
                     cluster = (
                         NamesrvRoutes(

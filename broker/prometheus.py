@@ -24,13 +24,18 @@ import bisect
 import itertools
 import math
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -76,6 +81,35 @@ class _WriterStatistics(Collector):
             "Latency events dropped (buffer full or write error); absent from these metrics too.",
             value=stats.dropped,
         )
+
+
+#: A front end's refusal counters by reason (``ServerState.refusal_counts`` and the gRPC
+#: server's) and its open connections, read at scrape time from the exporter's thread.
+RefusalSource = tuple[Callable[[], Mapping[str, int]], Callable[[], int]]
+
+
+class _ServerCounters(Collector):
+    """Refusals by port and reason, and open connections by port: what an operator looks at
+    when clients are turned away (limits, TLS, ACL, load shedding)."""
+
+    def __init__(self, sources: Mapping[str, RefusalSource]) -> None:
+        self._sources = sources
+
+    def collect(self) -> Iterator[Metric]:
+        refusals = CounterMetricFamily(
+            "trimq_refusals",
+            "Connections and requests turned away, by port and reason.",
+            labels=("port", "reason"),
+        )
+        connections = GaugeMetricFamily(
+            "trimq_connections", "Connections open now, by port.", labels=("port",)
+        )
+        for port, (counts, open_now) in self._sources.items():
+            for reason, count in counts().items():
+                refusals.add_metric((port, reason), count)
+            connections.add_metric((port,), open_now())
+        yield refusals
+        yield connections
 
 
 class _Series:
@@ -176,14 +210,20 @@ class EventExporter(Collector):
 
 @asynccontextmanager
 async def open_prometheus(
-    host: str, port: int | None, writer: MetricsWriter
+    host: str,
+    port: int | None,
+    writer: MetricsWriter,
+    servers: Mapping[str, RefusalSource] | None = None,
 ) -> AsyncIterator[int | None]:
     """Serve ``/metrics`` on ``host:port`` (0 = any free port) while the block runs; yield
-    the bound port, or None (and serve nothing) when ``port`` is None."""
+    the bound port, or None (and serve nothing) when ``port`` is None. ``servers``: the
+    front ends' refusal counters and connection counts, by port name."""
     if port is None:
         yield None
         return
     exporter = EventExporter(writer_statistics=writer.statistics)
+    if servers:
+        exporter.registry.register(_ServerCounters(servers))
     server, thread = start_http_server(port, addr=host, registry=exporter.registry)
     bound = int(server.server_address[1])
     writer.observers.append(exporter.observe)

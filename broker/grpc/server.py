@@ -121,7 +121,18 @@ class GrpcServerState:
     tls: int = 0
     refused_per_ip: int = 0
     idle_closed: int = 0
+    tls_refused: int = 0
     per_ip: PeerCounts = field(default_factory=PeerCounts)
+
+    def refusal_counts(self) -> dict[str, int]:
+        """Every refusal counted so far, by reason (safe to read from another thread)."""
+        return {
+            "connection_limit": self.refused,
+            "per_ip_limit": self.refused_per_ip,
+            "tls_handshake": self.tls_refused,
+            "idle": self.idle_closed,
+            "broken_http2": self.broken,
+        }
 
     def statistics(self) -> GrpcStatistics:
         """A snapshot."""
@@ -412,6 +423,7 @@ async def handle_grpc_stream(
         if tls is not None:
             served, is_tls = await tls.accept(stream)
             if served is None:
+                state.tls_refused += 1
                 return  # silent, broken, or plaintext where TLS is enforced
             stream = served
             state.tls += is_tls

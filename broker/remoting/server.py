@@ -241,6 +241,9 @@ class ServerStatistics:
     refused_per_ip: int = 0
     #: Requests answered SYSTEM_BUSY because they waited in line past their bound.
     shed: int = 0
+    #: Connections closed before their first request (TLS: first-byte deadline, failed
+    #: handshake, plaintext where enforced).
+    tls_refused: int = 0
 
 
 class ServerState:
@@ -269,6 +272,9 @@ class ServerState:
         #: line too long.
         self.refused_per_ip = 0
         self.shed = 0
+        #: Connections closed before their first request: silent past the first-byte
+        #: deadline, a failed handshake, or plaintext where TLS is enforced.
+        self.tls_refused = 0
         self.per_ip = PeerCounts()
         # Tasks in wait_drained; empty (and so free to poke) except during a stop.
         self._drain_waiters = trio.lowlevel.ParkingLot()
@@ -315,6 +321,21 @@ class ServerState:
         while not self.drained():  # bounded by the caller's cancel scope
             await self._drain_waiters.park()
 
+    def refusal_counts(self) -> dict[str, int]:
+        """Every refusal counted so far, by reason (plain integer reads: safe from another
+        thread, such as the Prometheus exporter's)."""
+        return {
+            "connection_limit": self.refused,
+            "per_ip_limit": self.refused_per_ip,
+            "tls_handshake": self.tls_refused,
+            "idle": self.idle_closed,
+            "broken_framing": self.broken_framing,
+            "malformed": self.malformed,
+            "waiting_limit": self.busy,
+            "queue_wait": self.shed,
+            "acl": self.denied,
+        }
+
     def statistics(self) -> ServerStatistics:
         """The counters now."""
         return ServerStatistics(
@@ -332,6 +353,7 @@ class ServerState:
             idle_closed=self.idle_closed,
             refused_per_ip=self.refused_per_ip,
             shed=self.shed,
+            tls_refused=self.tls_refused,
         )
 
 
@@ -394,7 +416,7 @@ async def _serve_stream(
     if tls is not None:
         served, is_tls = await tls.accept(stream)
         if served is None:
-            state.refused += 1
+            state.tls_refused += 1
             await trio.aclose_forcefully(stream)
             return
         stream = served

@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 from broker.config import BrokerConfig, ConfigError, from_sources, load
 from broker.metrics import EventKind, MetricsStatistics, MetricsWriter
 from broker.prometheus import OTHER, EventExporter
-from protocol.codes import ResponseCode
+from protocol.codes import RequestCode, ResponseCode
 from tests.broker.client import open_broker, open_client
 from tests.broker.pop_client import ack, pop
 from tests.broker.test_pop import create_topic
@@ -162,3 +162,23 @@ async def test_broker_serves_metrics_of_a_pop_and_an_ack(tmp_path: Path) -> None
         # Stopped with the broker: the port no longer answers.
         with pytest.raises(urllib.error.URLError, match="refused"):
             await trio.to_thread.run_sync(scrape, port)
+
+
+async def test_refusals_by_port_and_reason_and_open_connections(tmp_path: Path) -> None:
+    with trio.fail_after(20):
+        async with open_broker(tmp_path, prometheus_port=0, max_connections_per_ip=1) as broker:
+            port = broker.prometheus_port
+            assert port is not None
+            async with open_client(broker.port) as client:
+                # Counted as open once it has spoken (its first byte tells TLS or not).
+                route = await client.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})
+                assert route.code == ResponseCode.SUCCESS
+                async with open_client(broker.port) as turned_away:
+                    await turned_away.closed.wait()  # closed at once: one per address
+                found = await trio.to_thread.run_sync(scrape, port)
+                refusals = "trimq_refusals_total"
+                assert found[(refusals, labels(port="remoting", reason="per_ip_limit"))] == 1
+                assert found[(refusals, labels(port="remoting", reason="acl"))] == 0
+                assert found[(refusals, labels(port="grpc", reason="per_ip_limit"))] == 0
+                assert found[("trimq_connections", labels(port="remoting"))] == 1
+                assert found[("trimq_connections", labels(port="grpc"))] == 0
