@@ -41,6 +41,12 @@ _SCAN_CHUNK = 4 * 1024 * 1024
 _SIZE = struct.Struct(">i")
 
 
+def size_at(buf: bytes | bytearray, pos: int) -> int:
+    """The size field of the record (or blank) starting at ``buf[pos:]``."""
+    size: int = _SIZE.unpack_from(buf, pos)[0]
+    return size
+
+
 def segment_name(start: int) -> str:
     """RocketMQ's ``offset2FileName``: the start offset, 20 digits, zero padded."""
     return f"{start:0{_NAME_DIGITS}d}"

@@ -38,6 +38,8 @@ class StoreConfig:
         clock: the wall clock (store timestamps, retention); injected so tests own time.
         disk_probe: the disk-usage probe retention consults; injected so tests do not
             depend on how full the machine's disk is.
+        replica: the store of a replica (docs/design.md §13): puts are refused (the log
+            grows only by ``append_replicated``, the master's bytes at the master's offsets).
     """
 
     data_dir: Path
@@ -55,6 +57,7 @@ class StoreConfig:
     retention_check_interval_s: float = 10.0
     preallocate: bool = True
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
+    replica: bool = False
     clock: Clock = field(default=SYSTEM_CLOCK, compare=False, repr=False)
     disk_probe: DiskProbe = field(default=disk_used_ratio, compare=False, repr=False)
 

@@ -34,16 +34,17 @@ from broker.store.api import (
     RecordFilter,
     StoreClosedError,
     StoreCorruptError,
+    StoreError,
 )
 from broker.store.checkpoint import Checkpoint
-from broker.store.commitlog import CommitLog, ScanEnd
+from broker.store.commitlog import CommitLog, ScanEnd, size_at
 from broker.store.config import StoreConfig
 from broker.store.consumequeue import ConsumeQueue
 from broker.store.files import AbortMarker, DirectoryLock
 from broker.store.index import KeyIndex
 from broker.store.offsets import ConsumerOffsets
 from broker.store.reads import read_queue, record_at, records_with_key, store_timestamp_at
-from broker.store.record import build_parts, encode_props, topic_prefix
+from broker.store.record import BLANK_SIZE, build_parts, check_record, encode_props, topic_prefix
 from broker.store.tickets import (
     CheckpointTicket,
     FlushTicket,
@@ -71,6 +72,8 @@ from protocol.properties import (
 )
 
 QueueKey = tuple[str, int]
+#: Why a replica's store refuses a put (docs/design.md §13).
+REPLICA_REFUSAL = "the broker is a replica: writes go to its master (broker id 0)"
 #: Unwritten commit-log bytes that make a put write out on its own (bounds memory, and
 #: surfaces a failing disk within a few MiB rather than at the next flush tick).
 WRITE_OUT_THRESHOLD = 4 * 1024 * 1024
@@ -129,6 +132,9 @@ class MessageStore:
         self.disk_full: float | None = None
         self._counters = StoreCounters()  # read through statistics()
         self._closed = False
+        #: Called (on the caller's thread, synchronously) whenever ``replicable_end`` moves
+        #: on: the HA master's stream tasks wait on it instead of polling the log.
+        self.on_grow: Callable[[], None] | None = None
 
     @classmethod
     def open(
@@ -190,6 +196,8 @@ class MessageStore:
         """
         if self._closed:
             raise StoreClosedError("the message store is closed")
+        if self.config.replica:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=REPLICA_REFUSAL)
         if self.disk_error is not None and not self._retry_write_out():
             self._counters.put_errors += 1
             return PutResult(PutStatus.DISK_ERROR, remark=self._counters.last_disk_error)
@@ -203,10 +211,13 @@ class MessageStore:
                 f"{self.config.disk_full_ratio:.0%}): writes are refused until space is freed",
             )
         try:
-            return self._append(msg)
+            result = self._append(msg)
         except EncodeError as exc:
             status = PutStatus.PROPERTIES_SIZE_EXCEEDED if "properties of" in str(exc) else None
             return PutResult(status or PutStatus.MESSAGE_ILLEGAL, remark=str(exc))
+        if self._async and self.on_grow is not None:
+            self.on_grow()
+        return result
 
     def _append(self, msg: MessageToStore) -> PutResult:
         # The put hot path (see docs/benchmarks.md): per-topic, per-host and per-tag work is
@@ -367,6 +378,7 @@ class MessageStore:
     def flush_end(self, ticket: FlushTicket) -> int:
         """Record that ``ticket`` is durable; in SYNC mode dispatch what became durable."""
         self.log.synced(ticket.generation)
+        grew = ticket.target > self.durable_offset
         self.durable_offset = max(self.durable_offset, ticket.target)
         if self._pending and self._pending[0].end <= self.durable_offset:
             ready = 0
@@ -376,6 +388,8 @@ class MessageStore:
                 self._dispatch(p)
                 ready += 1
             del self._pending[:ready]
+        if grew and not self._async and self.on_grow is not None:
+            self.on_grow()
         return self.durable_offset
 
     def flush(self) -> int:
@@ -428,6 +442,120 @@ class MessageStore:
         ticket = self.checkpoint_begin()
         self.checkpoint_sync(ticket)
         self.checkpoint_end(ticket)
+
+    # ------------------------------------------------------------------ replication
+    @property
+    def replicable_end(self) -> int:
+        """How far the HA master may stream its log: every appended byte in ASYNC mode, only
+        durable ones in SYNC mode (a replica then never holds a record that the master's own
+        crash took back)."""
+        return self.log.end if self._async else self.durable_offset
+
+    def log_bytes(self, offset: int, max_size: int) -> bytes:
+        """Raw log bytes from ``offset``: at most ``max_size``, never past ``replicable_end``
+        nor across a segment boundary (the next call continues in the next segment).
+
+        Raises:
+            StoreError: ``offset`` is outside ``[log.min_offset, replicable_end]``.
+        """
+        end = self.replicable_end
+        if not self.log.min_offset <= offset <= end:
+            raise StoreError(f"log offset {offset} is outside [{self.log.min_offset}, {end}]")
+        seg_end = offset - offset % self.log.segment_size + self.log.segment_size
+        size = min(max_size, end - offset, seg_end - offset)
+        data = self.log.read(offset, size) if size > 0 else b""
+        assert data is not None  # checked above: inside the log and one segment
+        return data
+
+    def append_replicated(self, offset: int, data: bytes | bytearray) -> int:
+        """Append the master's log bytes verbatim at the master's ``offset`` (which must be
+        this log's end) — whole records only, so this log always ends on a record boundary —
+        and dispatch them as a put would (ASYNC: now; SYNC: once durable). Returns how many
+        bytes were taken: the caller keeps the rest (a record not complete yet) and offers it
+        again with the next bytes.
+
+        An empty replica may start at the master's first segment when retention has deleted
+        the older ones.
+
+        Raises:
+            StoreError: not a replica, ``offset`` is not where this log ends, or the bytes are
+                not valid records (each is checked: size, magic, position field, CRC).
+        """
+        if not self.config.replica:
+            raise StoreError("only a replica's store appends replicated bytes")
+        if offset != self.log.end:
+            self._start_empty_log_at(offset)
+        pos = 0
+        while pos < len(data):
+            taken = self._replicate_one(data, pos, offset + pos)
+            if taken == 0:
+                break
+            pos += taken
+        if self.log.end - self.log.written > WRITE_OUT_THRESHOLD:
+            self._write_out_quietly()
+        if pos and self._async and self.on_grow is not None:
+            self.on_grow()
+        return pos
+
+    def _start_empty_log_at(self, offset: int) -> None:
+        log = self.log
+        empty = log.end == log.min_offset and not log.segment_starts
+        if not (empty and offset % log.segment_size == 0):
+            raise StoreError(f"replicated bytes at offset {offset}, but this log ends at {log.end}")
+        log.set_end(offset)
+        self.durable_offset = self.dispatched_offset = offset
+
+    def _replicate_one(self, data: bytes | bytearray, pos: int, phys: int) -> int:
+        """Append the record (or end-of-segment blank) at ``data[pos:]``; 0 when it is not
+        complete yet."""
+        if len(data) - pos < BLANK_SIZE:
+            return 0
+        size = size_at(data, pos)
+        if 0 < size <= self.log.segment_size and pos + size > len(data):
+            return 0  # a record (or a blank's padding) still arriving
+        check = check_record(data, pos, phys)
+        if check.size == 0:
+            raise StoreError(f"replicated bytes at offset {phys}: {check.reason}")
+        if check.blank:
+            seg_end = phys - phys % self.log.segment_size + self.log.segment_size
+            if phys + check.size != seg_end or any(data[pos + BLANK_SIZE : pos + check.size]):
+                raise StoreError(f"replicated bytes at offset {phys}: bad end-of-segment blank")
+            self.log.append(bytes(data[pos : pos + check.size]))
+            return check.size
+        record = bytes(data[pos : pos + check.size])
+        if phys % self.log.segment_size + check.size + BLANK_SIZE > self.log.segment_size:
+            raise StoreError(f"replicated record at offset {phys} overruns its segment")
+        self.log.append(record)
+        self._counters.puts += 1
+        self._dispatch_replicated(phys, record)
+        return check.size
+
+    def _dispatch_replicated(self, offset: int, record: bytes) -> None:
+        msg, _ = decode_record(record)
+        if msg.sys_flag & SYSFLAG_TRANSACTION_MASK in _NOT_DISPATCHED:
+            return
+        key = (msg.topic, msg.queue_id)
+        cq = self._queue(key)
+        expected = self._next_offset[key]
+        if msg.queue_offset != expected:
+            raise StoreError(
+                f"replicated record at offset {offset} has queue offset {msg.queue_offset} in "
+                f"{msg.topic}:{msg.queue_id}, which is at {expected}"
+            )
+        self._next_offset[key] = expected + 1
+        tags = msg.properties.get(TAGS)
+        tags_code = java_string_hash(tags) if tags else 0
+        end = offset + len(record)
+        if self._async:
+            cq.append(offset, len(record), tags_code)
+            self.dispatched_offset = end
+            self._notify(msg.topic, msg.queue_id, msg.queue_offset, tags_code,
+                         msg.store_timestamp, msg.properties, offset)  # fmt: skip
+            return
+        self._pending.append(Pending(
+            end, msg.topic, msg.queue_id, msg.queue_offset, offset, len(record), tags_code,
+            msg.store_timestamp, msg.properties,
+        ))  # fmt: skip
 
     # ------------------------------------------------------------------ reads
     def get(

@@ -1,0 +1,136 @@
+"""The store's side of replication: a replica's log is the master's, byte for byte, at the
+same offsets, whatever the batches' cuts; its queues serve the same records (docs §13)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker.store.api import FlushMode, MessageToStore, PutStatus, StoreError
+from broker.store.config import StoreConfig
+from broker.store.store import REPLICA_REFUSAL, MessageStore
+from tests.store.support import crash, read_queue, store_config
+
+TOPICS = ("TopicA", "TopicB")
+
+
+def _replica_config(path: Path, mode: FlushMode = FlushMode.ASYNC) -> StoreConfig:
+    return dataclasses.replace(store_config(path, mode), replica=True)
+
+
+def _fill(master: MessageStore, bodies: list[bytes]) -> None:
+    for i, body in enumerate(bodies):
+        result = master.put_nowait(MessageToStore(TOPICS[i % 2], i % 3, body, {"TAGS": f"t{i}"}))
+        assert result.ok
+
+
+def _ship(master: MessageStore, replica: MessageStore, cuts: list[int], start: int = 0) -> None:
+    """Stream the master's log into the replica in pieces cut at ``cuts``, as the HA link
+    does (pieces not aligned to records; the replica keeps what it cannot take yet)."""
+    offset, pending = start, bytearray()
+    sizes = iter(cuts or [4096])
+    for _ in range(100_000):
+        if offset >= master.replicable_end:
+            break
+        chunk = master.log_bytes(offset, max(1, next(sizes, 4096)))
+        pending += chunk
+        taken = replica.append_replicated(offset + len(chunk) - len(pending), pending)
+        del pending[:taken]
+        offset += len(chunk)
+    assert not pending
+    assert replica.log.end == master.log.end
+
+
+def _log(store: MessageStore) -> bytes:
+    return b"".join(
+        store.log.read(s, min(store.log.segment_size, store.log.end - s)) or b""
+        for s in store.log.segment_starts
+    )
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    bodies=st.lists(st.binary(min_size=0, max_size=1500), min_size=1, max_size=30),
+    cuts=st.lists(st.integers(min_value=1, max_value=3000), max_size=40),
+)
+def test_a_replica_holds_the_masters_log_at_the_same_offsets(
+    tmp_path_factory: pytest.TempPathFactory, bodies: list[bytes], cuts: list[int]
+) -> None:
+    root = tmp_path_factory.mktemp("repl")
+    with (
+        MessageStore.open(store_config(root / "m")) as master,
+        MessageStore.open(_replica_config(root / "r")) as replica,
+    ):
+        _fill(master, bodies)
+        _ship(master, replica, cuts)
+        assert _log(replica) == _log(master)
+        for topic in TOPICS:
+            for queue_id in range(3):
+                assert read_queue(replica, topic, queue_id) == read_queue(master, topic, queue_id)
+                got_m = master.get(topic, queue_id, 0, 64)
+                got_r = replica.get(topic, queue_id, 0, 64)
+                assert got_r.body == got_m.body
+                assert got_r.commit_log_offsets == got_m.commit_log_offsets
+
+
+def test_a_replica_refuses_puts_and_bytes_at_the_wrong_offset(tmp_path: Path) -> None:
+    with (
+        MessageStore.open(store_config(tmp_path / "m")) as master,
+        MessageStore.open(_replica_config(tmp_path / "r")) as replica,
+    ):
+        refused = replica.put_nowait(MessageToStore("TopicA", 0, b"x"))
+        assert refused.status is PutStatus.SERVICE_NOT_AVAILABLE
+        assert refused.remark == REPLICA_REFUSAL
+        _fill(master, [b"a" * 100, b"b" * 100])
+        data = master.log_bytes(0, 10_000)
+        with pytest.raises(StoreError, match="ends at 0"):
+            replica.append_replicated(1, data[1:])
+        broken = bytearray(data)
+        broken[40] ^= 0xFF
+        with pytest.raises(StoreError, match="offset 0"):
+            replica.append_replicated(0, broken)
+        assert replica.log.end == 0
+        with pytest.raises(StoreError, match="only a replica"):
+            master.append_replicated(master.log.end, b"")
+
+
+@pytest.mark.parametrize("mode", [FlushMode.ASYNC, FlushMode.SYNC])
+def test_a_replica_restarted_after_a_crash_or_a_clean_close_continues_at_its_end(
+    tmp_path: Path, mode: FlushMode
+) -> None:
+    with MessageStore.open(store_config(tmp_path / "m")) as master:
+        _fill(master, [bytes([i]) * 700 for i in range(20)])
+        replica = MessageStore.open(_replica_config(tmp_path / "r", mode))
+        half = master.log_bytes(0, 6000)
+        taken = replica.append_replicated(0, half)
+        replica.flush()  # SYNC mode: dispatched once durable
+        end = replica.log.end
+        assert 0 < taken == end <= 6000
+        crash(replica)
+        replica = MessageStore.open(_replica_config(tmp_path / "r", mode))
+        assert replica.log.end == end
+        _ship(master, replica, [999], start=end)
+        replica.flush()
+        for topic in TOPICS:
+            for queue_id in range(3):
+                assert read_queue(replica, topic, queue_id) == read_queue(master, topic, queue_id)
+        replica.close()
+        replica = MessageStore.open(_replica_config(tmp_path / "r", mode))
+        assert replica.log.end == master.log.end
+        replica.close()
+
+
+def test_sync_mode_streams_only_durable_bytes_and_signals_growth(tmp_path: Path) -> None:
+    grew: list[int] = []
+    with MessageStore.open(store_config(tmp_path / "m", FlushMode.SYNC)) as master:
+        master.on_grow = lambda: grew.append(master.replicable_end)
+        _fill(master, [b"x" * 10])
+        assert master.replicable_end == 0 and grew == []
+        master.flush()
+        assert grew == [master.log.end] and master.replicable_end == master.log.end
