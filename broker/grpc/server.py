@@ -454,6 +454,8 @@ class _Connection:
         self.idle_timeout_s = idle_timeout_s
         #: When a call last started or ended (trio time): idleness counts from there.
         self.last_active = trio.current_time()
+        #: The reader is parked in a read (so ending the connection cuts no call short).
+        self.reading = False
         self.calls: dict[int, Call] = {}
         self.scope = trio.CancelScope(shield=True)
         self.done = trio.Event()
@@ -469,6 +471,8 @@ class _Connection:
             with self.scope:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(link.run_writer, nursery.cancel_scope)
+                    if self.idle_timeout_s != math.inf:
+                        nursery.start_soon(self._watch_idle)
                     try:
                         with self._read_scope:
                             await _read(self.service, self.state, link, self.calls, nursery, self)
@@ -482,6 +486,22 @@ class _Connection:
                         nursery.cancel_scope.cancel()
         finally:
             self.done.set()
+
+    async def _watch_idle(self) -> None:
+        """End the connection (GOAWAY, then close) once no call has been open, started or
+        ended for ``idle_timeout_s`` and the reader is parked in a read. A task of its own
+        that sleeps until the next possible deadline: the reads pay nothing for it."""
+        while True:  # one wake-up per idle_timeout_s at most; ends with the connection
+            await trio.sleep_until(self.last_active + self.idle_timeout_s)
+            now = trio.current_time()
+            if self.calls or not self.reading:
+                self.last_active = now  # a parked receive, a Telemetry stream, a call
+            elif now >= self.last_active + self.idle_timeout_s:
+                self.state.idle_closed += 1
+                _log.info("closing idle gRPC connection", peer=self.link.peer,
+                          idle_s=self.idle_timeout_s)  # fmt: skip
+                self._read_scope.cancel()  # our GOAWAY (NO_ERROR) is written on the way out
+                return
 
     def call_ended(self) -> None:
         """A call ended: wake :meth:`stop`; the last call after the client's GOAWAY ends the
@@ -560,21 +580,13 @@ async def _read(
 ) -> None:
     protocol = link.protocol
     while True:
+        connection.reading = True
         try:
-            with trio.move_on_at(connection.last_active + connection.idle_timeout_s) as idle:
-                data = await link.stream.receive_some(RECEIVE_SIZE)
+            data = await link.stream.receive_some(RECEIVE_SIZE)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
-        if idle.cancelled_caught:
-            if calls:  # a parked receive or a Telemetry stream: not idle
-                connection.last_active = trio.current_time()
-                continue
-            if trio.current_time() < connection.last_active + connection.idle_timeout_s:
-                continue  # a call ended meanwhile
-            state.idle_closed += 1
-            _log.info("closing idle gRPC connection", peer=link.peer,
-                      idle_s=connection.idle_timeout_s)  # fmt: skip
-            return  # our GOAWAY (NO_ERROR) is written on the way out
+        finally:
+            connection.reading = False
         if not data:
             return
         if protocol.closed:

@@ -66,6 +66,8 @@ class Connection:
     waiting: int = 0
     #: When the connection last did something (a read, a waiting request answered), trio time.
     last_active: float = field(default_factory=trio.current_time)
+    #: The reader is parked in a read (so closing the connection cuts no request short).
+    reading: bool = False
     #: Replies held by the reader for its next :meth:`flush`.
     held: list[bytes] = field(default_factory=list)
 

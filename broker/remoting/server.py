@@ -428,6 +428,8 @@ async def _serve_stream(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run_writer, conn, stream, receive)
+            if limits.idle_timeout_s is not None:
+                nursery.start_soon(_watch_idle, state, conn, limits.idle_timeout_s, nursery)
             try:
                 await _read_requests(dispatcher, limits, state, conn, stream, nursery)
             finally:
@@ -443,6 +445,26 @@ async def _serve_stream(
             await stream.aclose()
 
 
+async def _watch_idle(
+    state: ServerState, conn: Connection, idle_s: float, nursery: trio.Nursery
+) -> None:
+    """Close ``conn`` once it has been silent for ``idle_s``: no request read, no waiting
+    request answered, nothing waiting or unsent, and its reader parked in a read. A task of
+    its own that sleeps until the next possible deadline, so a read costs the reader only
+    two attribute writes (a cancel scope around every read cost ~5 µs)."""
+    while True:  # one wake-up per idle_s at most; ends with its connection
+        await trio.sleep_until(conn.last_active + idle_s)
+        now = trio.current_time()
+        if conn.waiting or conn.unsent or not conn.reading:
+            conn.last_active = now  # busy: a parked poll, a reply on its way, a request
+        elif now >= conn.last_active + idle_s:
+            state.idle_closed += 1
+            _log.info("closing idle connection", peer=conn.peer, idle_s=idle_s)
+            # The reader is parked in receive_some, so no request is cut short.
+            nursery.cancel_scope.cancel()
+            return
+
+
 async def _read_requests(
     dispatcher: Dispatcher,
     limits: ServerLimits,
@@ -451,24 +473,14 @@ async def _read_requests(
     stream: trio.abc.ReceiveStream,
     nursery: trio.Nursery,
 ) -> None:
-    idle_s = limits.idle_timeout_s if limits.idle_timeout_s is not None else math.inf
     while True:
+        conn.reading = True
         try:
-            # Silence counts from the last request read or the last waiting one answered.
-            with trio.move_on_at(conn.last_active + idle_s) as idle:
-                data = await stream.receive_some(RECEIVE_SIZE)
+            data = await stream.receive_some(RECEIVE_SIZE)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
-        if idle.cancelled_caught:
-            now = trio.current_time()
-            if conn.waiting or conn.unsent:  # a parked poll or a reply on its way: not idle
-                conn.last_active = now
-                continue
-            if now < conn.last_active + idle_s:  # a waiting request finished meanwhile
-                continue
-            state.idle_closed += 1
-            _log.info("closing idle connection", peer=conn.peer, idle_s=idle_s)
-            return
+        finally:
+            conn.reading = False
         conn.last_active = received_at = trio.current_time()
         conn.protocol.receive_data(data)
         more = await _run_requests(dispatcher, limits, state, conn, nursery, received_at)
