@@ -211,7 +211,9 @@ def import_file(path: Path) -> tuple[str, tuple[str, ...]]:
     except AclConfigError as exc:
         raise AclFileError(f"ACL file {path}: {exc}") from None
     head = f"# ACL 2.0 rules imported from {path.name} (python -m broker.acl import)\n"
-    body = yaml.safe_dump(model_to_obj(imported.model), sort_keys=False, allow_unicode=True)
+    body = yaml.safe_dump(
+        model_to_obj(imported.model), sort_keys=False, allow_unicode=True, default_flow_style=None
+    )
     return head + body, imported.notes
 
 

@@ -21,7 +21,8 @@ Each account becomes a user (the AccessKey its name, the secret its password):
 Not expressible, and refused with a message saying so: whitelists (``globalWhiteRemoteAddresses``,
 ``whiteRemoteAddress``: 2.0 always authenticates) and names containing ``*`` (a prefix in 2.0).
 One difference remains and is reported as a note: an admin that lists rights, with
-``defaultTopicPerm: PUB``, is refused a gRPC route query of an unlisted topic (1.0 allows it).
+``defaultTopicPerm: PUB``, is refused a gRPC route query of an unlisted topic (1.0 allows it;
+likewise ``defaultGroupPerm: PUB`` and the retry topic of an unlisted group).
 """
 
 from __future__ import annotations
@@ -78,12 +79,7 @@ def import_plain_acl(rules: AclRules) -> Imported:
         users[user.username] = user
         if acl is not None:
             acls[user.username] = acl
-        if _route_differs(account):
-            notes.append(
-                f"{account.access_key}: an admin with topicPerms and defaultTopicPerm PUB is "
-                "refused gRPC route queries of unlisted topics under ACL 2.0 (1.0 allows "
-                "them): list those topics, or give it defaultTopicPerm PUB|SUB"
-            )
+        notes.extend(_route_notes(account))
     return Imported(AclModel(MappingProxyType(users), MappingProxyType(acls)), tuple(notes))
 
 
@@ -107,8 +103,21 @@ def _super(account: Account) -> bool:
     return account.admin and not account.topic_perms and not account.group_perms
 
 
-def _route_differs(account: Account) -> bool:
-    return account.admin and not _super(account) and account.default_topic_perm == Perm.PUB
+def _route_notes(account: Account) -> list[str]:
+    """The module docstring's one difference, for each default where it applies."""
+    if not account.admin or _super(account):
+        return []
+    which = (
+        ("defaultTopicPerm", account.default_topic_perm, "unlisted topics"),
+        ("defaultGroupPerm", account.default_group_perm, "the retry topics of unlisted groups"),
+    )
+    return [
+        f"{account.access_key}: an admin with listed rights and {key} PUB is refused gRPC "
+        f"route queries of {what} under ACL 2.0 (1.0 allows them): list them, or make "
+        f"{key} PUB|SUB"
+        for key, perm, what in which
+        if perm == Perm.PUB
+    ]
 
 
 def _user(account: Account) -> User:

@@ -131,9 +131,14 @@ _ACTIONS: Mapping[Perm, frozenset[Action]] = MappingProxyType(
 
 # ------------------------------------------------------------------ resources of a request
 def need_of(kind: Kind, name: str, perm: Perm, also: Action | None = None) -> Need:
-    """An ACL 1.0 need (a retry topic already its group) as a 2.0 one."""
-    actions = _ACTIONS[perm]
-    return Need(Target(_TYPES[kind], name), actions | {also} if also else actions)
+    """An ACL 1.0 need as a 2.0 one. A retry topic is its group, with the same actions (as
+    ACL 1.0 checks a gRPC call's; a Remoting request's are already resolved by
+    :func:`~protocol.acl.decide.needs_of`)."""
+    actions = _ACTIONS[perm] | {also} if also else _ACTIONS[perm]
+    retry_of = group_of_retry_topic(name) if kind is Kind.TOPIC else None
+    if retry_of is not None:
+        return Need(Target(_GROUP, retry_of), actions)
+    return Need(Target(_TYPES[kind], name), actions)
 
 
 def remoting_needs(cmd: RemotingCommand) -> list[Need]:
