@@ -134,10 +134,6 @@ class Target:
     type: ResourceType
     name: str = ""
 
-    def key(self) -> str:
-        """The ``Type:name`` text of the resource."""
-        return f"{self.type.value}:{self.name}" if self.name else self.type.value
-
 
 @dataclass(frozen=True, slots=True)
 class Resource:
