@@ -23,6 +23,9 @@ from broker.config import BrokerConfig
 from broker.core.broker import Broker, BrokerStatistics, open_broker
 from broker.grpc.server import GrpcLimits, GrpcServerState, GrpcStatistics, serve_grpc
 from broker.grpc.service import GrpcEndpoint, build_service
+from broker.ha.epoch import FIRST_EPOCH, EpochFile
+from broker.ha.master import HaSettings, LogGrowth, MasterLink, serve_ha_master
+from broker.ha.replica import Follower
 from broker.logs import get_logger
 from broker.prometheus import RefusalSource, open_prometheus
 from broker.registration import NamesrvRoutes, Registrar
@@ -66,6 +69,10 @@ class BrokerHandle:
     #: The gRPC front end's port and counters (None when ``grpc_port`` is None).
     grpc_port: int | None = None
     grpc: GrpcServerState | None = None
+    #: A master's HA port (None on a replica, which serves none).
+    ha_port: int | None = None
+    #: A replica's link to its master (None on a master).
+    follower: Follower | None = None
 
     @property
     def broker(self) -> Broker:
@@ -99,6 +106,14 @@ async def serve_broker(
         else await trio.open_tcp_listeners(config.grpc_port, host=config.host)
     )
     grpc_port = grpc_listeners[0].socket.getsockname()[1] if grpc_listeners else None
+    ha_listeners = (
+        []
+        if config.is_replica
+        else await trio.open_tcp_listeners(
+            port + 1 if config.ha_port is None else config.ha_port, host=config.host
+        )
+    )
+    ha_port = ha_listeners[0].socket.getsockname()[1] if ha_listeners else None
     stop, stopped = trio.Event(), trio.Event()
     try:
         async with open_broker(config, port=port, clock=clock, disk_probe=disk_probe) as broker:
@@ -156,6 +171,10 @@ async def serve_broker(
                         ),
                         grpc_state,
                     )
+                ha_host = broker.address.rpartition(":")[0]
+                ha_address = None if ha_port is None else f"{ha_host}:{ha_port}"
+                if ha_port is not None:
+                    await front.start(serve_ha_master, _master_link(broker), ha_listeners)
                 registrar = None
                 if config.namesrv_addr:
                     grpc_endpoint = (
@@ -164,16 +183,25 @@ async def serve_broker(
                         else f"{broker.address.rpartition(':')[0]}:{grpc_port}"
                     )
                     registrar = Registrar(
-                        config, broker.topics, broker.address, grpc_endpoint=grpc_endpoint
+                        config,
+                        broker.topics,
+                        broker.address,
+                        grpc_endpoint=grpc_endpoint,
+                        ha_address=ha_address,
                     )
                     broker.topics.subscribe(registrar.poke)
                     front.start_soon(registrar.run)
+                follower = _follower(broker, registrar) if config.is_replica else None
+                if follower is not None:
+                    await front.start(follower.run)
                 _log.info("broker started", address=broker.address, port=port,
                           grpc_port=grpc_port, data_dir=str(config.data_dir),
-                          flush=config.flush, namesrv_addr=config.namesrv_addr)  # fmt: skip
+                          flush=config.flush, namesrv_addr=config.namesrv_addr,
+                          broker_id=config.broker_id, ha_port=ha_port,
+                          replication=config.replication)  # fmt: skip
                 handle = BrokerHandle(
                     port, broker.address, ctx, stop, stopped, registrar, prometheus_port,
-                    grpc_port, grpc_state,
+                    grpc_port, grpc_state, ha_port, follower,
                 )  # fmt: skip
                 task_status.started(handle)
                 await stop.wait()
@@ -188,6 +216,46 @@ async def serve_broker(
     finally:
         stopped.set()
     _log.info("broker stopped", address=f"{config.host}:{port}")
+
+
+def _epochs(broker: Broker, default: int) -> EpochFile:
+    return EpochFile(broker.config.data_dir / "config" / "haEpoch", default)
+
+
+def _master_link(broker: Broker) -> MasterLink:
+    """What the HA port's connections share (docs/design.md §13)."""
+    return MasterLink(
+        broker.store,
+        broker.replicas,
+        LogGrowth(),
+        broker.config.broker_name,
+        _epochs(broker, FIRST_EPOCH).current,
+        HaSettings(),
+    )
+
+
+def _follower(broker: Broker, registrar: Registrar | None) -> Follower:
+    """A replica's link to its master: at ``--ha-master-addr``, else where the name
+    servers say the group's master serves its HA port."""
+    config = broker.config
+    fixed = config.ha_master_addr
+
+    async def master() -> str:
+        if fixed is not None:
+            return fixed
+        assert registrar is not None  # config: a replica has one or the other
+        return await registrar.master_ha_addr()
+
+    return Follower(
+        broker.storage,
+        broker.topics,
+        master,
+        broker_name=config.broker_name,
+        broker_id=config.broker_id,
+        epochs=_epochs(broker, 0),
+        settings=HaSettings(),
+        min_queues=config.default_queue_nums,
+    )
 
 
 def _utc(clock: Clock) -> datetime.datetime:

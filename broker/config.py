@@ -122,6 +122,23 @@ class BrokerConfig:
     #: ``--acl-file`` must know it). Both or neither.
     acl_access_key: str | None = None
     acl_secret_key: str | None = None
+    #: 0: the master of its broker group (``broker_name``); 1 and up: a replica, which
+    #: follows the master's commit log and refuses writes (docs/design.md §13).
+    broker_id: int = 0
+    #: The HA port a master serves its replicas on (None: the Remoting port + 1, as
+    #: RocketMQ's ``haListenPort``; 0: any free port, logged as ``ha_port``).
+    ha_port: int | None = None
+    #: A replica's master, ``HOST:PORT`` of its HA port; without it, a replica learns it
+    #: from the name servers' reply to its registration (the master's ``haServerAddr``).
+    ha_master_addr: str | None = None
+    #: ``sync``: a send is answered SEND_OK only once ``min_insync_replicas`` copies hold it
+    #: (RocketMQ's SYNC_MASTER); ``async``: at once (ASYNC_MASTER).
+    replication: str = "async"
+    #: Copies a sync send needs, the master included (RocketMQ ``inSyncReplicas``).
+    min_insync_replicas: int = 1
+    #: How long a sync send waits for its replicas before FLUSH_SLAVE_TIMEOUT (RocketMQ
+    #: ``slaveTimeout``).
+    replica_timeout_ms: int = 3000
 
     def __post_init__(self) -> None:
         if self.wake_mode not in WAKE_MODES:
@@ -164,6 +181,28 @@ class BrokerConfig:
         if (self.acl_access_key is None) != (self.acl_secret_key is None):
             raise ConfigError("acl_access_key and acl_secret_key go together")
         self.namesrv_addrs()
+        self._check_replication()
+
+    def _check_replication(self) -> None:
+        if self.broker_id < 0:
+            raise ConfigError(f"broker_id must not be negative, not {self.broker_id}")
+        if self.replication not in ("async", "sync"):
+            raise ConfigError(f"replication must be async or sync, not {self.replication!r}")
+        if self.min_insync_replicas < 1:
+            raise ConfigError("min_insync_replicas must be at least 1 (the master counts)")
+        if self.replica_timeout_ms <= 0:
+            raise ConfigError(f"replica_timeout_ms must be positive, not {self.replica_timeout_ms}")
+        if self.ha_port is not None and not 0 <= self.ha_port <= 65535:
+            raise ConfigError(f"ha_port {self.ha_port} is outside 0..65535")
+        if self.ha_master_addr is not None and not _is_host_port(self.ha_master_addr):
+            raise ConfigError(f"ha_master_addr: {self.ha_master_addr!r} is not HOST:PORT")
+        if self.is_replica and not (self.ha_master_addr or self.namesrv_addr):
+            raise ConfigError("a replica (broker_id >= 1) needs ha_master_addr or namesrv_addr")
+
+    @property
+    def is_replica(self) -> bool:
+        """Whether this broker follows a master (``broker_id`` >= 1)."""
+        return self.broker_id > 0
 
     def namesrv_addrs(self) -> list[str]:
         """The name servers of ``namesrv_addr`` (``"h1:9876;h2:9876"``), in order.
@@ -173,8 +212,7 @@ class BrokerConfig:
         """
         addrs = [a.strip() for a in (self.namesrv_addr or "").split(";") if a.strip()]
         for addr in addrs:
-            host, sep, port = addr.rpartition(":")
-            if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+            if not _is_host_port(addr):
                 raise ConfigError(f"namesrv_addr: {addr!r} is not HOST:PORT")
         return addrs
 
@@ -198,6 +236,7 @@ class BrokerConfig:
             max_message_size=self.max_message_size,
             disk_full_ratio=self.disk_full_ratio,
             store_host=(host if _is_ip(host) else "127.0.0.1", int(port)),
+            replica=self.is_replica,
         )
 
     def advertised(self, bound_port: int) -> str:
@@ -206,6 +245,11 @@ class BrokerConfig:
             return self.advertise
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
         return f"{host}:{bound_port}"
+
+
+def _is_host_port(addr: str) -> bool:
+    host, sep, port = addr.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
 
 
 def _is_ip(host: str) -> bool:
@@ -396,6 +440,35 @@ def build_parser() -> argparse.ArgumentParser:
         "--disk-full-ratio",
         type=float,
         help="refuse writes at this disk usage or more (default 0.90, 0: never)",
+    )
+    p.add_argument(
+        "--broker-id",
+        type=int,
+        help="0: master (default); 1 and up: a replica of the master of --broker-name",
+    )
+    p.add_argument(
+        "--ha-port",
+        type=int,
+        help="HA port replicas connect to (default: --port + 1; 0 = any free port)",
+    )
+    p.add_argument(
+        "--ha-master-addr",
+        help="a replica's master HA address HOST:PORT (default: learnt from the name servers)",
+    )
+    p.add_argument(
+        "--replication",
+        choices=("async", "sync"),
+        help="sync: SEND_OK once --min-insync-replicas copies hold a message (default async)",
+    )
+    p.add_argument(
+        "--min-insync-replicas",
+        type=int,
+        help="copies a sync send needs, the master included (default 1)",
+    )
+    p.add_argument(
+        "--replica-timeout-ms",
+        type=int,
+        help="a sync send waits this long for its replicas: FLUSH_SLAVE_TIMEOUT (default 3000)",
     )
     p.add_argument("--config", help="broker.toml with the same settings")
     return p

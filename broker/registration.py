@@ -52,6 +52,7 @@ from protocol.headers.route import (
     GetKVListByNamespaceRequestHeader,
     PutKVConfigRequestHeader,
     RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
     UnRegisterBrokerRequestHeader,
 )
 
@@ -139,8 +140,15 @@ class Registrar:
         address: str,
         *,
         grpc_endpoint: str | None = None,
+        ha_address: str | None = None,
     ) -> None:
         self.config = config
+        #: ``host:port`` of a master's HA port, put into its registration's
+        #: ``haServerAddr`` (the name servers hand it to the group's replicas).
+        self.ha_address = ha_address
+        #: A replica: its master's HA address, from the name servers' replies.
+        self.master_ha_address: str | None = None
+        self._master_known = trio.Event()
         self.topics = topics
         self.address = address
         #: ``host:port`` of this broker's gRPC front end, None when it has none.
@@ -205,8 +213,8 @@ class Registrar:
             broker_name=self.config.broker_name,
             broker_addr=self.address,
             cluster_name=self.config.cluster,
-            ha_server_addr=self.address,
-            broker_id=0,
+            ha_server_addr=self.ha_address or self.address,
+            broker_id=self.config.broker_id,
             compressed=False,
             body_crc32=body_crc32(body),
         )
@@ -232,9 +240,28 @@ class Registrar:
         self._failed(addr, what, f"no reply within {bound_s} s")
         return None
 
-    async def _register_one(self, addr: str, cmd: RemotingCommand) -> None:
-        if await self._ask(addr, cmd, "register", self.config.register_timeout_s) is None:
+    async def master_ha_addr(self) -> str:
+        """A replica's master HA address: as soon as a name server has named it."""
+        await self._master_known.wait()
+        assert self.master_ha_address is not None
+        return self.master_ha_address
+
+    def _learn_master(self, reply: RemotingCommand) -> None:
+        """A replica's registration is answered with its master's addresses (none while
+        the group has no master registered)."""
+        answer = RegisterBrokerResponseHeader.from_ext(reply.ext_fields)
+        if self.config.broker_id == 0 or not answer.ha_server_addr:
             return
+        if answer.ha_server_addr != self.master_ha_address:
+            _log.info("master HA address", address=answer.ha_server_addr)
+        self.master_ha_address = answer.ha_server_addr
+        self._master_known.set()
+
+    async def _register_one(self, addr: str, cmd: RemotingCommand) -> None:
+        reply = await self._ask(addr, cmd, "register", self.config.register_timeout_s)
+        if reply is None:
+            return
+        self._learn_master(reply)
         if addr in self.failing or self.registered[addr] == 0:
             _log.info("registered with namesrv", namesrv=addr, broker=self.config.broker_name,
                       topics=len(self.topics.all()))  # fmt: skip
@@ -252,7 +279,7 @@ class Registrar:
             broker_name=self.config.broker_name,
             broker_addr=self.address,
             cluster_name=self.config.cluster,
-            broker_id=0,
+            broker_id=self.config.broker_id,
         )
         cmd = request(RequestCode.UNREGISTER_BROKER, 0, header.to_ext())
         timeout = min(self.config.register_timeout_s, STOP_GRACE_S)

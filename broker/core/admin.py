@@ -32,7 +32,7 @@ from broker.groups import (
 from broker.locks import QueueName, RebalanceLocks
 from broker.offload import Offload
 from broker.pop.service import PopEngine
-from broker.store.store import MessageStore
+from broker.store.store import REPLICA_REFUSAL, MessageStore
 from broker.topics import TopicConfig, TopicManager
 from protocol.codes import ResponseCode
 from protocol.errors import BrokerError, RecordError
@@ -121,14 +121,26 @@ class AdminService:
         self._sync_flush = sync_flush
         self._offload = offload
 
+    def _refuse_on_replica(self) -> None:
+        """A replica's topics and groups are its master's business: admin writes go there
+        (docs/design.md §13; replicating them is not built yet).
+
+        Raises:
+            BrokerError: ``SERVICE_NOT_AVAILABLE`` on a replica.
+        """
+        if self._store.config.replica:
+            raise BrokerError(REPLICA_REFUSAL, code=ResponseCode.SERVICE_NOT_AVAILABLE)
+
     # ------------------------------------------------------------------ topics
     def create_topic(self, config: TopicConfig) -> TopicConfig:
         """Create a topic or update its queue counts, permission and attributes.
 
         Raises:
             IllegalNameError: the name breaks RocketMQ's rules.
-            BrokerError: ``INVALID_PARAMETER`` for a queue count outside 1..1024.
+            BrokerError: ``INVALID_PARAMETER`` for a queue count outside 1..1024;
+                ``SERVICE_NOT_AVAILABLE`` on a replica.
         """
+        self._refuse_on_replica()
         validate_topic(config.topic_name)
         for name, value in (("readQueueNums", config.read_queue_nums),
                             ("writeQueueNums", config.write_queue_nums)):  # fmt: skip
@@ -149,6 +161,7 @@ class AdminService:
             BrokerError: ``NO_PERMISSION`` for a system topic.
             OSError: the pop journal could not record the removal (the rest is done).
         """
+        self._refuse_on_replica()
         if is_system_topic(topic):
             raise BrokerError(
                 f"system topic {topic} cannot be deleted", code=ResponseCode.NO_PERMISSION
@@ -178,8 +191,9 @@ class AdminService:
         Raises:
             IllegalNameError: the group name breaks RocketMQ's rules.
             BrokerError: ``INVALID_PARAMETER`` for a negative ``retryMaxTimes`` or
-                ``retryQueueNums``.
+                ``retryQueueNums``; ``SERVICE_NOT_AVAILABLE`` on a replica.
         """
+        self._refuse_on_replica()
         validate_group(config.group_name)
         for name, value in (("retryMaxTimes", config.retry_max_times),
                             ("retryQueueNums", config.retry_queue_nums)):  # fmt: skip
@@ -217,6 +231,7 @@ class AdminService:
         The group's pop state (cursors, messages in flight) is kept: its consumers may still
         be running, and a lease dropped here would never be redelivered.
         """
+        self._refuse_on_replica()
         existed = self._groups.delete(group)
         if clean_offset:
             self._store.offsets.remove_group(group)

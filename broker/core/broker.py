@@ -42,6 +42,7 @@ from broker.core.transactions import (
 )
 from broker.deadlines import DeadlineLoop
 from broker.groups import SubscriptionGroupManager
+from broker.ha.acks import ReplicaSet, ReplicationPolicy, ReplicationStatistics
 from broker.locks import RebalanceLocks
 from broker.logs import get_logger
 from broker.longpoll import Arrivals, PullHub, PullHubStatistics
@@ -72,6 +73,7 @@ class BrokerStatistics:
     transactions: TransactionStatistics
     metrics: MetricsStatistics
     clients: ClientStatistics
+    replication: ReplicationStatistics
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,8 @@ class Broker:
     offsets: OffsetService
     admin: AdminService
     routes: RouteService
+    #: A master's replicas and their acknowledgements (none connect to a replica).
+    replicas: ReplicaSet
     #: Set when the broker stops: front ends answer parked requests and park no more.
     shutting_down: trio.Event
     #: Wall-clock time the broker started, epoch seconds (runtime info).
@@ -116,6 +120,7 @@ class Broker:
             transactions=self.transactions.statistics(),
             metrics=self.metrics.statistics(),
             clients=self.clients.statistics(),
+            replication=self.replicas.statistics(),
         )
 
     def stop_parking(self) -> None:
@@ -179,6 +184,14 @@ def _transaction_policy(config: BrokerConfig) -> TransactionPolicy:
         check_interval_ms=round(config.transaction_check_interval_s * 1000),
         immunity_ms=round(config.transaction_immunity_s * 1000),
         check_max=config.transaction_check_max,
+    )
+
+
+def _replication_policy(config: BrokerConfig) -> ReplicationPolicy:
+    return ReplicationPolicy(
+        sync=config.replication == "sync" and not config.is_replica,
+        min_insync_replicas=config.min_insync_replicas,
+        timeout_s=config.replica_timeout_ms / 1000,
     )
 
 
@@ -255,6 +268,7 @@ async def open_broker(
     offsets = OffsetService(store, topics, pop)
     address, started_at = config.advertised(port), clock.now_s()
     identity = BrokerIdentity(config.cluster, config.broker_name, address)
+    replicas = ReplicaSet(_replication_policy(config))
     broker = Broker(
         config=config,
         clock=clock,
@@ -269,7 +283,7 @@ async def open_broker(
         timers=timers,
         metrics=metrics,
         sends=SendService(
-            _send_policy(config, groups), topics, storage, timers, clock, transactions
+            _send_policy(config, groups), topics, storage, timers, clock, transactions, replicas
         ),
         transactions=transactions,
         pulls=PullService(
@@ -308,6 +322,7 @@ async def open_broker(
             identity,
             auto_create_queue_nums=config.default_queue_nums if config.auto_create_topic else None,
         ),
+        replicas=replicas,
         shutting_down=shutting_down,
         started_at=started_at,
     )
@@ -322,9 +337,10 @@ async def open_broker(
             )
             try:
                 async with trio.open_nursery() as services:
-                    services.start_soon(
-                        deadlines.run, (timers, pop.revive, pop.renewals, transactions)
-                    )
+                    if not config.is_replica:  # they write the log: a replica's is the master's
+                        services.start_soon(
+                            deadlines.run, (timers, pop.revive, pop.renewals, transactions)
+                        )
                     services.start_soon(metrics.run)
                     try:
                         yield broker

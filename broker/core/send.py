@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from broker.clock import Clock
+from broker.ha.acks import ReplicaSet, SyncOutcome
 from broker.schedule import DELAY_PROPERTIES, SCHEDULE_TOPIC, delivery_time
 from broker.storage import Storage
-from broker.store.api import Host, MessageToStore, PutResult
+from broker.store.api import Host, MessageToStore, PutResult, PutStatus
 from broker.timers import TimerService
 from broker.topics import DEFAULT_TOPIC, TopicConfig, TopicManager
 from protocol.batch import BatchEntry
@@ -54,6 +55,18 @@ from protocol.properties import (
     UNIQ_KEY,
     encode_properties,
 )
+
+#: What a producer's send answers when sync replication fell short (the message is stored).
+_SHORT_OF_COPIES: Mapping[SyncOutcome, tuple[PutStatus, str]] = {
+    SyncOutcome.TIMEOUT: (
+        PutStatus.FLUSH_SLAVE_TIMEOUT,
+        "stored on the master, but too few replicas acknowledged it in time",
+    ),
+    SyncOutcome.NOT_AVAILABLE: (
+        PutStatus.SLAVE_NOT_AVAILABLE,
+        "stored on the master, but too few replicas are connected",
+    ),
+}
 
 #: Where a message came from when the front end cannot tell (not an IPv4 peer).
 UNKNOWN_HOST: Host = ("127.0.0.1", 0)
@@ -188,8 +201,11 @@ class SendService:
         timers: TimerService,
         clock: Clock,
         halves: HalfWriter,
+        replicas: ReplicaSet,
     ) -> None:
         self.policy = policy
+        #: Sync replication: a producer's send waits for its copies here (docs/design.md §13).
+        self.replicas = replicas
         #: Where a transaction's half message goes.
         self.halves = halves
         self.topics = topics
@@ -219,8 +235,20 @@ class SendService:
         )  # fmt: skip
         if is_half(req.properties) and topic == req.topic:
             result = await self.halves.prepare(msg)
-            return SendOutcome(result, topic, queue_id)
-        return await self._store(msg)
+            return SendOutcome(await self._replicated(result), topic, queue_id)
+        outcome = await self._store(msg)
+        return outcome._replace(result=await self._replicated(outcome.result))
+
+    async def _replicated(self, result: PutResult) -> PutResult:
+        """Sync replication (RocketMQ's SYNC_MASTER): a stored message is answered SEND_OK
+        only once enough replicas hold it; otherwise it stays stored and the answer says
+        FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE. Async replication: at once."""
+        if not result.ok:
+            return result
+        short = _SHORT_OF_COPIES.get(await self.replicas.wait_replicated(result.end_offset))
+        if short is None:
+            return result
+        return result._replace(status=short[0], remark=short[1])
 
     def topic_for_send(
         self, topic: str, default_topic: str | None = None, default_queue_nums: int = 4
@@ -309,7 +337,12 @@ class SendService:
         if not req.entries:
             raise BrokerError("empty batch", code=ResponseCode.MESSAGE_ILLEGAL)
         messages = [self._batch_message(req, queue_id, i, e) for i, e in enumerate(req.entries)]
-        return BatchOutcome(await self.storage.put_many(messages), queue_id)
+        results = await self.storage.put_many(messages)
+        if results and results[-1].ok:
+            last = await self._replicated(results[-1])
+            if not last.ok:  # every message of the batch is stored: each says so
+                results = [r._replace(status=last.status, remark=last.remark) for r in results]
+        return BatchOutcome(results, queue_id)
 
     def _batch_message(
         self, req: BatchSendRequest, queue_id: int, index: int, entry: BatchEntry

@@ -30,6 +30,16 @@ class PutStatus(enum.Enum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     DISK_ERROR = "DISK_ERROR"  # ENOSPC, EIO, read-only directory: nothing was appended
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # the store is read-only after a disk error
+    # Set by sync replication (broker.core), never by the store: the message *is* stored
+    # (on the master), but fewer copies than asked for acknowledged it.
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # the replicas did not acknowledge in time
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"  # fewer replicas connected than needed
+
+
+#: Outcomes of a put whose message was appended to the log (readable, has a msgId).
+STORED_STATUSES = frozenset(
+    {PutStatus.PUT_OK, PutStatus.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE}
+)
 
 
 class GetStatus(enum.Enum):
@@ -90,6 +100,11 @@ class PutResult(NamedTuple):
         return self.status is PutStatus.PUT_OK
 
     @property
+    def stored(self) -> bool:
+        """True when the message is in the log, even if not replicated as asked."""
+        return self.status in STORED_STATUSES
+
+    @property
     def end_offset(self) -> int:
         """Commit-log offset just past this record."""
         return self.commit_log_offset + self.size
@@ -97,7 +112,7 @@ class PutResult(NamedTuple):
     @property
     def msg_id(self) -> str:
         """The offset message id (store host + commit-log offset), "" when not stored."""
-        if not self.ok:
+        if not self.stored:
             return ""
         return encode_offset_msg_id(self.store_host[0], self.store_host[1], self.commit_log_offset)
 

@@ -213,6 +213,21 @@ class CommitLog:
             return bytes(self._tail[rel : rel + size])
         return self._pread(offset, size)
 
+    def read_some(self, offset: int, max_size: int) -> bytes:
+        """Up to ``max_size`` bytes from ``offset`` (fewer, never none, when ``offset`` is
+        inside the log): the span stops at the end of the log, of the segment, and at the
+        start of the in-memory tail, whose bytes may not be on disk yet (a span is read
+        from one place). Raises ``ValueError`` outside ``[min_offset, end)``."""
+        if not self.min_offset <= offset < self.end or max_size <= 0:
+            raise ValueError(f"offset {offset} is outside [{self.min_offset}, {self.end})")
+        stop = min(offset + max_size, self.end, offset - offset % self.segment_size
+                   + self.segment_size)  # fmt: skip
+        if offset < self._tail_start:
+            stop = min(stop, self._tail_start)
+        data = self.read(offset, stop - offset)
+        assert data is not None  # inside the log and one segment
+        return data
+
     def _pread(self, offset: int, size: int) -> bytes:
         start = offset - offset % self.segment_size
         fd = self._segment_fd(start, create=False)

@@ -179,6 +179,11 @@ class MessageStore:
                 if queue_dir.name.isdigit():
                     self._queue((topic_dir.name, int(queue_dir.name)))
 
+    @property
+    def queue_count(self) -> int:
+        """How many consume queues the store holds (a replica learns new topics by it)."""
+        return len(self._queues)
+
     def topics(self) -> dict[str, list[int]]:
         """Every topic that holds or held messages, with its queue ids."""
         out: dict[str, list[int]] = {}
@@ -453,7 +458,8 @@ class MessageStore:
 
     def log_bytes(self, offset: int, max_size: int) -> bytes:
         """Raw log bytes from ``offset``: at most ``max_size``, never past ``replicable_end``
-        nor across a segment boundary (the next call continues in the next segment).
+        nor across a segment boundary (the next call continues; see ``CommitLog.read_some``).
+        Empty at ``replicable_end``.
 
         Raises:
             StoreError: ``offset`` is outside ``[log.min_offset, replicable_end]``.
@@ -461,11 +467,9 @@ class MessageStore:
         end = self.replicable_end
         if not self.log.min_offset <= offset <= end:
             raise StoreError(f"log offset {offset} is outside [{self.log.min_offset}, {end}]")
-        seg_end = offset - offset % self.log.segment_size + self.log.segment_size
-        size = min(max_size, end - offset, seg_end - offset)
-        data = self.log.read(offset, size) if size > 0 else b""
-        assert data is not None  # checked above: inside the log and one segment
-        return data
+        if offset == end or max_size <= 0:
+            return b""
+        return self.log.read_some(offset, min(max_size, end - offset))
 
     def append_replicated(self, offset: int, data: bytes | bytearray) -> int:
         """Append the master's log bytes verbatim at the master's ``offset`` (which must be

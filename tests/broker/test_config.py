@@ -29,6 +29,12 @@ DESIGN_FLAGS = (
     "--grpc-port",
     "--tls-cert",
     "--tls-key",
+    "--broker-id",
+    "--ha-port",
+    "--ha-master-addr",
+    "--replication",
+    "--min-insync-replicas",
+    "--replica-timeout-ms",
 )
 
 
@@ -217,3 +223,39 @@ def test_help_lists_every_design_flag() -> None:
         assert flag in result.stdout, flag
     for choices in ("targeted,topic,none", "v2,v1", "async,sync"):
         assert choices in result.stdout
+
+
+def test_replication_settings_default_to_a_lone_async_master() -> None:
+    config = load([], env={})
+    assert (config.broker_id, config.ha_port, config.ha_master_addr) == (0, None, None)
+    assert (config.replication, config.min_insync_replicas, config.replica_timeout_ms) == (
+        "async", 1, 3000,
+    )  # fmt: skip
+    assert not config.is_replica and not config.store_config(10911).replica
+    replica = load(
+        ["--broker-id", "2", "--ha-master-addr", "10.0.0.1:10912", "--ha-port", "0"], env={}
+    )
+    assert replica.is_replica and replica.store_config(10911).replica
+    assert (replica.broker_id, replica.ha_port) == (2, 0)
+    sync = load(["--replication", "sync", "--min-insync-replicas", "2",
+                 "--replica-timeout-ms", "500"], env={})  # fmt: skip
+    assert (sync.replication, sync.min_insync_replicas, sync.replica_timeout_ms) == (
+        "sync", 2, 500,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"TRIMQ_BROKER_ID": "-1"}, "broker_id"),
+        ({"TRIMQ_BROKER_ID": "1"}, "ha_master_addr or namesrv_addr"),
+        ({"TRIMQ_REPLICATION": "semi"}, "replication"),
+        ({"TRIMQ_MIN_INSYNC_REPLICAS": "0"}, "min_insync_replicas"),
+        ({"TRIMQ_REPLICA_TIMEOUT_MS": "0"}, "replica_timeout_ms"),
+        ({"TRIMQ_HA_PORT": "70000"}, "ha_port"),
+        ({"TRIMQ_HA_MASTER_ADDR": "nohost"}, "ha_master_addr"),
+    ],
+)
+def test_bad_replication_settings_are_named(settings: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load([], env=settings)

@@ -46,10 +46,11 @@ def _ship(master: MessageStore, replica: MessageStore, cuts: list[int], start: i
 
 
 def _log(store: MessageStore) -> bytes:
-    return b"".join(
-        store.log.read(s, min(store.log.segment_size, store.log.end - s)) or b""
-        for s in store.log.segment_starts
-    )
+    parts, pos = [], store.log.min_offset
+    while pos < store.log.end:
+        parts.append(store.log.read_some(pos, 1 << 20))
+        pos += len(parts[-1])
+    return b"".join(parts)
 
 
 @settings(

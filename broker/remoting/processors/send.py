@@ -26,20 +26,24 @@ _STATUS_CODES: Mapping[PutStatus, int] = {
     PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
     PutStatus.DISK_ERROR: ResponseCode.SERVICE_NOT_AVAILABLE,
     PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }
 
 
 def _reply(cmd: RemotingCommand, result: PutResult, queue_id: int, **extra: str) -> RemotingCommand:
     code = _STATUS_CODES[result.status]
-    if code != ResponseCode.SUCCESS:
+    if not result.stored:
         return cmd.response(code, result.remark or result.status.value)
+    # A stored message's answer carries its msgId and offset even when sync replication
+    # fell short (codes 11 and 12): RocketMQ's clients read them into the SendResult.
     header = SendMessageResponseHeader(
         msg_id=extra.get("msg_id", result.msg_id),
         queue_id=queue_id,
         queue_offset=result.queue_offset,
         batch_uniq_id=extra.get("batch_uniq_id"),
     )
-    return cmd.response(ext_fields=header.to_ext())
+    return cmd.response(code, result.remark or None, ext_fields=header.to_ext())
 
 
 async def send_message(
@@ -83,7 +87,7 @@ async def send_batch(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand)
         default_topic_queue_nums=header.default_topic_queue_nums,
     )
     outcome = await ctx.broker.sends.send_batch(request)
-    if not outcome.ok:
+    if not outcome.results[-1].stored:
         return _reply(cmd, outcome.results[-1], outcome.queue_id)
     return _reply(
         cmd,

@@ -1,0 +1,226 @@
+"""The master's HA port: one task pair per connected replica, streaming the commit log.
+
+``serve_ha_master`` accepts replicas on its listeners (a nursery per connection, all owned
+by the server's nursery, which the broker's front nursery owns). A connection starts with the
+replica's ``HELLO`` and first ``REPORT`` (where its log ends). The master checks the replica
+belongs to its group, that it knows no newer epoch, and that its log is not ahead of the
+master's (a log ahead means divergence; truncation is not built yet, so it is refused).
+Then two tasks run until either ends: the reader takes the replica's reports
+(:meth:`ReplicaSet.acked`), the writer streams raw log bytes from the replica's offset in
+batches of at most ``batch_bytes``, up to ``MessageStore.replicable_end``. When it has caught
+up it waits on :class:`LogGrowth`, which the store signals on every append (ASYNC) or fsync
+(SYNC): no polling. An idle link carries a heartbeat (an empty batch) every
+``heartbeat_s``; a replica silent for ``idle_s`` is dropped (RocketMQ: 5 s and 20 s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import trio
+
+from broker.ha.acks import Replica, ReplicaSet
+from broker.logs import get_logger
+from broker.store.api import StoreError
+from broker.store.store import MessageStore
+from protocol.errors import ProtocolError
+from protocol.ha import (
+    Hello,
+    MasterSide,
+    Report,
+    encode_batch,
+    encode_refused,
+)
+
+_log = get_logger("ha.master")
+
+
+@dataclass(frozen=True, slots=True)
+class HaSettings:
+    """Timing and sizes of the HA link (both ends)."""
+
+    #: Largest batch of log bytes in one frame (RocketMQ ``haTransferBatchSize``: 32 KiB).
+    batch_bytes: int = 256 * 1024
+    #: An idle link carries a heartbeat this often (RocketMQ ``haSendHeartbeatInterval``).
+    heartbeat_s: float = 5.0
+    #: A peer silent this long is dropped (RocketMQ ``haHousekeepingInterval``).
+    idle_s: float = 20.0
+    #: A new connection must introduce itself within this.
+    handshake_s: float = 10.0
+
+
+class LogGrowth:
+    """Set on every growth of the streamable log; the writers wait on it."""
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+
+    def notify(self) -> None:
+        """The store grew (called synchronously from the store, on the trio thread)."""
+        self._event.set()
+        self._event = trio.Event()
+
+    def event(self) -> trio.Event:
+        """The event the next growth sets: take it *before* looking at the log, then wait
+        on it only if the log had nothing new (no await in between)."""
+        return self._event
+
+
+class _Refusal(Exception):
+    """The replica may not follow this master; the reason is sent to it."""
+
+
+@dataclass(frozen=True, slots=True)
+class MasterLink:
+    """What every replica connection of one master shares."""
+
+    store: MessageStore
+    replicas: ReplicaSet
+    growth: LogGrowth
+    broker_name: str
+    epoch: int
+    settings: HaSettings
+
+
+async def serve_ha_master(
+    link: MasterLink,
+    listeners: Sequence[trio.SocketListener],
+    *,
+    task_status: trio.TaskStatus[list[trio.SocketListener]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve replicas on ``listeners`` until cancelled (see the module docstring)."""
+    previous = link.store.on_grow
+    link.store.on_grow = link.growth.notify
+    try:
+        await trio.serve_listeners(
+            partial(_serve_replica, link), list(listeners), task_status=task_status
+        )
+    finally:
+        link.store.on_grow = previous
+
+
+async def _serve_replica(link: MasterLink, stream: trio.SocketStream) -> None:
+    peer = _peer(stream)
+    side = MasterSide()
+    async with stream:
+        try:
+            hello, start = await _handshake(link, stream, side)
+        except _Refusal as refusal:
+            _log.warning("replica refused", peer=peer, reason=str(refusal))
+            await _send_quietly(stream, encode_refused(str(refusal)))
+            return
+        except (*_LINK_ERRORS, trio.TooSlowError, EOFError) as exc:
+            _log.info("replica handshake failed", peer=peer, error=f"{type(exc).__name__}: {exc}")
+            return
+        replica = link.replicas.connected(hello.broker_id, peer, start)
+        _log.info("replica connected", peer=peer, broker_id=hello.broker_id, offset=start)
+        ended: list[str] = []
+        try:
+            async with trio.open_nursery() as nursery:
+                done = nursery.cancel_scope
+                nursery.start_soon(
+                    _until_broken, partial(_read_reports, link, stream, side, replica), done, ended
+                )
+                begin = max(start, link.store.log.min_offset)
+                nursery.start_soon(
+                    _until_broken, partial(_stream_log, link, stream, begin), done, ended
+                )
+        finally:
+            link.replicas.disconnected(replica)
+            _log.info("replica disconnected", peer=peer, broker_id=hello.broker_id,
+                      acked=replica.acked, reason=ended[0] if ended else "stopped")  # fmt: skip
+
+
+#: What ends one replica's link (the others' go on).
+_LINK_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, ProtocolError, StoreError)
+
+
+async def _until_broken(
+    task: Callable[[], Awaitable[None]], done: trio.CancelScope, ended: list[str]
+) -> None:
+    """Run one half of a link; whichever half ends first (the replica closed, fell silent,
+    broke the protocol) ends the other through ``done``."""
+    try:
+        await task()
+        ended.append("closed by the replica")
+    except _LINK_ERRORS as exc:
+        ended.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        done.cancel()
+
+
+async def _handshake(
+    link: MasterLink, stream: trio.SocketStream, side: MasterSide
+) -> tuple[Hello, int]:
+    """The replica's HELLO and first REPORT, checked (raises :class:`_Refusal`)."""
+    events: list[Hello | Report] = []
+    with trio.fail_after(link.settings.handshake_s):
+        while len(events) < 2:
+            data = await stream.receive_some(64 * 1024)
+            if not data:
+                raise EOFError("the replica closed before its first report")
+            events += side.receive(data)
+    hello, report = events[0], events[1]
+    assert isinstance(hello, Hello) and isinstance(report, Report)  # MasterSide's order
+    if hello.broker_name != link.broker_name:
+        raise _Refusal(f"this master serves {link.broker_name}, not {hello.broker_name}")
+    if hello.broker_id == 0:
+        raise _Refusal("broker id 0 is the master's")
+    if hello.epoch > link.epoch:
+        raise _Refusal(f"the replica knows epoch {hello.epoch}, newer than this master's")
+    if report.offset > link.store.log.end:
+        raise _Refusal(
+            f"the replica's log ends at {report.offset}, past this master's {link.store.log.end}"
+            " (diverged; truncation is not supported yet)"
+        )
+    return hello, report.offset
+
+
+async def _read_reports(
+    link: MasterLink, stream: trio.SocketStream, side: MasterSide, replica: Replica
+) -> None:
+    """Take the replica's acknowledgements; return when it closes or falls silent."""
+    while True:
+        with trio.move_on_after(link.settings.idle_s) as idle:
+            data = await stream.receive_some(64 * 1024)
+        if idle.cancelled_caught or not data:
+            return
+        for event in side.receive(data):
+            if isinstance(event, Report):
+                link.replicas.acked(replica, event.offset)
+
+
+async def _stream_log(link: MasterLink, stream: trio.SocketStream, pos: int) -> None:
+    """Send the log from ``pos`` for ever: a batch whenever there are bytes, else wait for
+    growth, with a heartbeat when idle."""
+    store, settings = link.store, link.settings
+    while True:
+        grown = link.growth.event()
+        end = store.replicable_end
+        if pos < end:
+            data = store.log_bytes(pos, settings.batch_bytes)
+            await stream.send_all(encode_batch(link.epoch, pos, end, data))
+            pos += len(data)
+            continue
+        with trio.move_on_after(settings.heartbeat_s):
+            await grown.wait()
+            continue
+        await stream.send_all(encode_batch(link.epoch, pos, end, b""))
+
+
+async def _send_quietly(stream: trio.SocketStream, data: bytes) -> None:
+    try:
+        with trio.move_on_after(1.0):
+            await stream.send_all(data)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"

@@ -1,0 +1,202 @@
+"""A replica follows its master: connect to the HA port, report where the local log ends,
+append what the master streams verbatim at the same offsets, report again.
+
+``Follower.run`` loops for ever (owned by the broker's front nursery): connect, follow until
+the link breaks, wait a back-off (0.1 s doubling to 5 s; reset once a link carried data),
+connect again. Each report follows the appended bytes (ASYNC flush) or their fsync (SYNC
+flush), so a master in sync mode counts a copy only once it is as durable on the replica as
+the replica's flush mode makes it. The local log only ever holds whole records
+(``MessageStore.append_replicated``): bytes of a record still arriving wait in memory, and
+a replica that restarts reports its log end and is sent the rest from there.
+
+A stream from an epoch older than the newest this replica accepted is refused (the
+connection is dropped); a newer epoch is remembered (:class:`EpochFile`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import trio
+
+from broker.ha.epoch import EpochFile
+from broker.ha.master import HaSettings
+from broker.logs import get_logger
+from broker.storage import Storage
+from broker.store.api import FlushMode, StoreError
+from broker.topics import TopicManager
+from protocol.errors import ProtocolError
+from protocol.ha import Batch, Hello, Refused, ReplicaSide, encode_hello, encode_report
+
+_log = get_logger("ha.replica")
+
+#: Where the master's HA port is: waits until it is known (a name-server reply may tell).
+MasterAddress = Callable[[], Awaitable[str]]
+
+BACKOFF_MIN_S = 0.1
+BACKOFF_MAX_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerStatistics:
+    """What :meth:`Follower.statistics` reports."""
+
+    connected: bool
+    #: Where the local log ends (what was last reported, or is about to be).
+    offset: int
+    #: The master's log end as of its last batch (lag = master_end - offset).
+    master_end: int
+    epoch: int
+    connects: int
+    #: Links that ended (broken, refused, timed out).
+    disconnects: int
+    last_error: str
+
+
+class _LinkEnded(Exception):
+    """The link ended for a reason worth a log line."""
+
+
+#: What ends one link and makes the follower reconnect (after a back-off).
+_LINK_ERRORS = (
+    OSError,
+    trio.BrokenResourceError,
+    trio.TooSlowError,
+    ProtocolError,
+    StoreError,
+    _LinkEnded,
+)
+
+
+class Follower:
+    """The replica's side of replication (see the module docstring)."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        topics: TopicManager,
+        master: MasterAddress,
+        *,
+        broker_name: str,
+        broker_id: int,
+        epochs: EpochFile,
+        settings: HaSettings,
+        min_queues: int = 4,
+    ) -> None:
+        self.storage = storage
+        self.topics = topics
+        self._queues_known = -1
+        self.master = master
+        self.broker_name = broker_name
+        self.broker_id = broker_id
+        self.epochs = epochs
+        self.settings = settings
+        #: Queues a topic learnt from its records gets at least (the broker's default).
+        self.min_queues = min_queues
+        self._connected = False
+        self._master_end = 0
+        self._connects = self._disconnects = 0
+        self._last_error = ""
+        #: Set whenever the local log grew by replicated bytes (tests wait on it).
+        self.progress = trio.Event()
+
+    def statistics(self) -> FollowerStatistics:
+        """A snapshot."""
+        return FollowerStatistics(
+            connected=self._connected,
+            offset=self.storage.store.log.end,
+            master_end=self._master_end,
+            epoch=self.epochs.current,
+            connects=self._connects,
+            disconnects=self._disconnects,
+            last_error=self._last_error,
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Follow the master until cancelled, reconnecting with back-off."""
+        task_status.started()
+        backoff = BACKOFF_MIN_S
+        while True:
+            address = await self.master()
+            try:
+                streamed = await self._follow(address)
+            except (
+                OSError,
+                trio.BrokenResourceError,
+                ProtocolError,
+                StoreError,
+                _LinkEnded,
+            ) as exc:
+                streamed = False
+                self._last_error = f"{type(exc).__name__}: {exc}"
+                _log.warning("replication link ended", master=address, error=self._last_error)
+            finally:
+                if self._connected:
+                    self._disconnects += 1
+                self._connected = False
+            backoff = BACKOFF_MIN_S if streamed else min(backoff * 2, BACKOFF_MAX_S)
+            await trio.sleep(backoff)
+
+    async def _follow(self, address: str) -> bool:
+        """One link: returns whether any log bytes came over it."""
+        host, _, port = address.rpartition(":")
+        store = self.storage.store
+        streamed = False
+        with trio.fail_after(self.settings.handshake_s):
+            stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            self._connected = True
+            self._connects += 1
+            hello = Hello(self.broker_name, self.broker_id, self.epochs.current)
+            reported = store.log.end
+            await stream.send_all(encode_hello(hello) + encode_report(reported))
+            _log.info("following master", master=address, offset=reported)
+            side = ReplicaSide(min_epoch=self.epochs.current)
+            pending = bytearray()
+            while True:
+                with trio.move_on_after(self.settings.idle_s) as idle:
+                    data = await stream.receive_some(1024 * 1024)
+                if idle.cancelled_caught:
+                    raise _LinkEnded(f"master silent for {self.settings.idle_s} s")
+                if not data:
+                    return streamed
+                heard = False
+                for event in side.receive(data):
+                    if isinstance(event, Refused):
+                        raise _LinkEnded(f"refused by the master: {event.reason}")
+                    heard = True
+                    streamed |= self._apply(event, pending)
+                sync = store.config.flush_mode is FlushMode.SYNC
+                if sync and not await self.storage.wait_durable(store.log.end):
+                    raise _LinkEnded("fsync failed")
+                if heard:
+                    reported = store.log.end
+                    await stream.send_all(encode_report(reported))
+
+    def _apply(self, batch: Batch, pending: bytearray) -> bool:
+        """Append a batch's bytes (with any partial record held from the last one)."""
+        self.epochs.raise_to(batch.epoch)
+        self._master_end = batch.master_end
+        if not batch.data:
+            return False
+        pending += batch.data
+        start = batch.offset + len(batch.data) - len(pending)
+        taken = self.storage.store.append_replicated(start, pending)
+        del pending[:taken]
+        if taken:
+            self._learn_topics()
+            self.progress.set()
+            self.progress = trio.Event()
+        return True
+
+    def _learn_topics(self) -> None:
+        """Topic configs are not replicated yet: a topic whose records arrive gets the
+        queues they name, at least ``min_queues`` (default permissions), so that pulls of
+        its queues are served (a queue the master has but no record named yet is empty)."""
+        store = self.storage.store
+        if store.queue_count == self._queues_known:
+            return
+        for topic, queue_ids in store.topics().items():
+            self.topics.ensure_queues(topic, max(max(queue_ids) + 1, self.min_queues))
+        self._queues_known = store.queue_count
