@@ -1,7 +1,8 @@
 """trimq client libraries on anyio (docs/design.md §6): they run under asyncio and trio.
 
 ``from client import Producer, SimpleConsumer, Message, ClientConfig``; blocking versions
-with the same names are in :mod:`client.sync`.
+with the same names are in :mod:`client.sync`. Subscriptions take tag expressions (``str``)
+or :class:`FilterExpression` (``FilterExpression.sql("n > 5")`` for SQL92).
 """
 
 from client.config import ClientConfig
@@ -13,7 +14,9 @@ from client.errors import (
     NoRouteError,
     RequestTimeoutError,
     SendFailedError,
+    SubscriptionRefusedError,
 )
+from client.filters import FilterExpression, FilterType
 from client.message import Message, ReceivedMessage, SendReceipt, SendStatus
 from client.producer import Producer
 from client.push import ConsumeResult, PushConsumer
@@ -27,6 +30,8 @@ __all__ = [
     "ConnectError",
     "ConnectionLostError",
     "ConsumeResult",
+    "FilterExpression",
+    "FilterType",
     "Message",
     "NoRouteError",
     "Producer",
@@ -37,6 +42,7 @@ __all__ = [
     "SendReceipt",
     "SendStatus",
     "SimpleConsumer",
+    "SubscriptionRefusedError",
     "TransactionReceipt",
     "TransactionState",
 ]

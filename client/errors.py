@@ -10,6 +10,7 @@
         ├── RequestTimeoutError     no reply within the request's timeout
         ├── NoRouteError            no name server knows the topic / no usable queue
         ├── SendFailedError         every send attempt failed within the total timeout
+        ├── SubscriptionRefusedError a broker refused a subscription's filter expression
         └── ClientClosedError       the producer/consumer is not running
 
 ``retriable`` says whether trying again (on another broker) may help; the producer's retry
@@ -18,6 +19,8 @@ loop relies on it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import ClassVar
 
 from protocol.codes import ResponseCode
@@ -68,3 +71,52 @@ class SendFailedError(ClientError):
 
 class ClientClosedError(ClientError):
     """The client is not running (used outside its ``async with`` block)."""
+
+
+class SubscriptionRefusedError(ClientError):
+    """A broker refused a subscription's filter (``SUBSCRIPTION_PARSE_FAILED``): it does not
+    serve the expression's type (SQL92 on a broker run with ``--enable-property-filter
+    false``, RocketMQ's ``enablePropertyFilter = false``) or cannot parse the expression.
+    Repeating the request cannot succeed, so it is not retriable.
+
+    Attributes:
+        topic: the subscribed topic.
+        broker: the broker name that refused.
+        expression: the filter expression text.
+        expression_type: ``TAG`` or ``SQL92``.
+        remark: the broker's explanation.
+    """
+
+    code = ResponseCode.SUBSCRIPTION_PARSE_FAILED
+
+    def __init__(
+        self, *, topic: str, broker: str, expression: str, expression_type: str, remark: str
+    ) -> None:
+        super().__init__(
+            f"broker {broker!r} refused the {expression_type} subscription {expression!r} "
+            f"on topic {topic!r}: {remark}"
+        )
+        self.topic = topic
+        self.broker = broker
+        self.expression = expression
+        self.expression_type = expression_type
+        self.remark = remark
+
+
+@contextmanager
+def single_error() -> Iterator[None]:
+    """Re-raise an exception group that holds one exception as that exception.
+
+    A client's ``async with`` runs its start-up inside the instance's task group, which wraps
+    whatever start-up raises in an exception group; callers should see the
+    :class:`SubscriptionRefusedError` (or ``ConnectError`` …) itself.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        exc: BaseException = group
+        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+            exc = exc.exceptions[0]
+        if exc is group:
+            raise
+        raise exc from None

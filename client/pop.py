@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import anyio
 
+from client.filters import FilterExpression, as_filter, raise_if_refused
 from client.instance import ClientInstance, check
 from client.message import ReceivedMessage
 from protocol.bodies.ack import BatchAck, BatchAckMessageRequestBody
@@ -58,7 +59,7 @@ def pop_request(
     max_messages: int,
     invisible_ms: int,
     poll_ms: int,
-    expression: str = "*",
+    expression: str | FilterExpression = "*",
     order: bool = False,
     attempt_id: str | None = None,
     from_first: bool = False,
@@ -66,12 +67,14 @@ def pop_request(
     """POP_MESSAGE for ``group`` on ``topic`` (all queues of one broker when ``queue_id`` is -1).
 
     A new group starts at the end of the queues (``INIT_MODE_MAX``), as a RocketMQ 5 consumer,
-    unless ``from_first`` (``INIT_MODE_MIN``).
+    unless ``from_first`` (``INIT_MODE_MIN``). ``expression`` is the filter (a ``str`` is a TAG
+    expression); its type travels as ``expType`` (``TAG`` or ``SQL92``).
     """
     if not 1 <= max_messages <= MAX_POP_MESSAGES:
         raise ValueError(f"max_messages must be 1..{MAX_POP_MESSAGES}, not {max_messages}")
     if invisible_ms <= 0:
         raise ValueError("invisible duration must be positive")
+    wanted = as_filter(expression)
     header = PopMessageRequestHeader(
         consumer_group=group,
         topic=topic,
@@ -81,8 +84,8 @@ def pop_request(
         poll_time=poll_ms,
         born_time=int(time.time() * 1000),
         init_mode=INIT_MODE_MIN if from_first else INIT_MODE_MAX,
-        exp_type="TAG",
-        exp=expression,
+        exp_type=wanted.type.value,
+        exp=wanted.wire_expression,
         order=order,
         attempt_id=attempt_id,
     )
@@ -229,18 +232,25 @@ class PopSession:
         max_messages: int,
         invisible_ms: int,
         poll_ms: int,
-        expression: str = "*",
+        expression: str | FilterExpression = "*",
         queue_id: int = -1,
         order: bool = False,
     ) -> list[ReceivedMessage]:
-        """One pop on one broker; returns at most ``max_messages`` (maybe none)."""
+        """One pop on one broker; returns at most ``max_messages`` (maybe none).
+
+        Raises:
+            SubscriptionRefusedError: the broker refused the filter (never retriable).
+            BrokerError: another refusal.
+        """
+        wanted = as_filter(expression)
         cmd = pop_request(
             self.instance, self.group, topic, queue_id=queue_id, max_messages=max_messages,
-            invisible_ms=invisible_ms, poll_ms=poll_ms, expression=expression, order=order,
+            invisible_ms=invisible_ms, poll_ms=poll_ms, expression=wanted, order=order,
             from_first=self.from_first,
         )  # fmt: skip
         timeout = poll_ms / 1000 + self.instance.config.request_timeout
         reply = await self.instance.remoting.invoke(self._address(broker_name), cmd, timeout)
+        raise_if_refused(reply, topic, broker_name, wanted)
         return read_pop_reply(reply, self.group, broker_name)
 
     async def ack(self, message: ReceivedMessage) -> None:

@@ -17,7 +17,8 @@ import anyio
 import structlog
 
 from client.config import ClientConfig
-from client.errors import ClientClosedError, ClientError, NoRouteError
+from client.errors import ClientClosedError, ClientError, NoRouteError, single_error
+from client.filters import FilterExpression, as_filter, as_filters, verify_filter
 from client.instance import ClientInstance, open_instance
 from client.message import ReceivedMessage
 from client.pop import PopSession, brokers_of
@@ -29,7 +30,6 @@ from protocol.bodies.heartbeat import (
     SubscriptionData,
 )
 from protocol.errors import BrokerError
-from protocol.filters import SUB_ALL, split_tags
 from protocol.naming import validate_group, validate_topic
 from protocol.receipt import MAX_POP_MESSAGES
 
@@ -42,10 +42,26 @@ def consume_from_first(consume_from: str) -> bool:
     return consume_from == "first"
 
 
-def subscription_data(topic: str, expression: str) -> SubscriptionData:
-    """A TAG subscription as heartbeats announce it (``tagA || tagB`` or ``*``)."""
-    tags = split_tags(expression) or ()
-    return SubscriptionData(topic=topic, sub_string=expression or SUB_ALL, tags_set=tags)
+def subscription_data(topic: str, expression: str | FilterExpression) -> SubscriptionData:
+    """A subscription as heartbeats announce it (a ``str`` is a TAG expression:
+    ``tagA || tagB`` or ``*``)."""
+    return as_filter(expression).subscription_data(topic)
+
+
+async def verify_filters(
+    instance: ClientInstance, group: str, subscription: Mapping[str, FilterExpression]
+) -> None:
+    """Ask the brokers of every SQL92 topic whether they accept its filter; a topic with no
+    route yet is skipped (its first pop or pull reports a refusal).
+
+    Raises:
+        SubscriptionRefusedError: a broker refused a filter.
+    """
+    for topic, expression in sorted(subscription.items()):
+        try:
+            await verify_filter(instance, group, topic, expression)
+        except NoRouteError:
+            continue
 
 
 class SimpleConsumer:
@@ -54,10 +70,17 @@ class SimpleConsumer:
     Args:
         config: connection settings.
         group: the consumer group.
-        subscription: topic → tag expression (``"*"`` for all).
+        subscription: topic → filter: a tag expression (``"*"`` for all, ``"a || b"``) or a
+            :class:`~client.filters.FilterExpression` (``FilterExpression.sql("n > 5")``).
         await_duration: seconds ``receive`` long-polls when nothing is ready.
         consume_from: where a group new to a queue starts: ``"last"`` (only messages sent
             from now on, RocketMQ's default) or ``"first"`` (everything still stored).
+
+    Raises:
+        ValueError: a bad argument, or an SQL92 expression that does not parse (checked
+            here, before anything is sent).
+        SubscriptionRefusedError: from ``async with``, ``subscribe`` or ``receive``: a broker
+            refused a filter (SQL92 on a broker with property filtering off).
     """
 
     def __init__(
@@ -65,7 +88,7 @@ class SimpleConsumer:
         config: ClientConfig | None = None,
         *,
         group: str,
-        subscription: Mapping[str, str] | None = None,
+        subscription: Mapping[str, str | FilterExpression] | None = None,
         await_duration: float = 20.0,
         consume_from: str = "last",
     ) -> None:
@@ -77,7 +100,7 @@ class SimpleConsumer:
             validate_topic(topic)
         self.config = config or ClientConfig()
         self.group = group
-        self.subscription: dict[str, str] = dict(subscription or {})
+        self.subscription: dict[str, FilterExpression] = as_filters(subscription)
         self.await_duration = await_duration
         self._instance: ClientInstance | None = None
         self._stack: AsyncExitStack | None = None
@@ -85,12 +108,16 @@ class SimpleConsumer:
         self._turn = 0
 
     async def __aenter__(self) -> SimpleConsumer:
-        async with AsyncExitStack() as stack:  # unwinds if starting fails
-            instance, _ = await stack.enter_async_context(open_instance(self.config))
-            instance.consumer_data = self._consumer_data
-            await instance.prefetch_routes(self.subscription)  # receive retries missing ones
-            await instance.heartbeat()
-            self._instance, self._stack = instance, stack.pop_all()
+        # What starting raised, not the instance task group's wrapping of it.
+        with single_error():
+            async with AsyncExitStack() as stack:  # unwinds if starting fails
+                instance, _ = await stack.enter_async_context(open_instance(self.config))
+                instance.consumer_data = self._consumer_data
+                await instance.prefetch_routes(self.subscription)  # receive retries missing ones
+                # Before registering: a refused filter must fail here, not as empty receives.
+                await verify_filters(instance, self.group, self.subscription)
+                await instance.heartbeat()
+                self._instance, self._stack = instance, stack.pop_all()
         self._session = PopSession(
             instance, self.group, from_first=consume_from_first(self.consume_from)
         )
@@ -133,15 +160,22 @@ class SimpleConsumer:
             raise ClientClosedError("the consumer is not running: use 'async with'")
         return self._session
 
-    async def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Add (or change) a subscription; the topic's route is fetched now.
+    async def subscribe(self, topic: str, expression: str | FilterExpression = "*") -> None:
+        """Add (or change) a subscription (a ``str`` is a TAG expression); the topic's route
+        is fetched and an SQL92 filter is checked with its brokers now.
 
         Raises:
+            ValueError: an SQL92 expression that does not parse (before any request).
             NoRouteError: the topic does not exist.
+            SubscriptionRefusedError: a broker refused the filter (SQL92 with property
+                filtering off, say).
         """
         validate_topic(topic)
-        await self.session.instance.route(topic)
-        self.subscription[topic] = expression
+        wanted = as_filter(expression)
+        instance = self.session.instance
+        await instance.route(topic)
+        await verify_filter(instance, self.group, topic, wanted)
+        self.subscription[topic] = wanted
 
     def unsubscribe(self, topic: str) -> None:
         """Stop receiving from ``topic``."""
@@ -159,6 +193,7 @@ class SimpleConsumer:
 
         Raises:
             ValueError: no subscription, or an argument out of range (1..32 messages).
+            SubscriptionRefusedError: a broker refused a subscription's filter.
         """
         if not self.subscription:
             raise ValueError("subscribe to a topic before receiving")
@@ -197,7 +232,7 @@ class SimpleConsumer:
         try:
             return await self.session.pop(
                 broker, topic, max_messages=max_messages, invisible_ms=invisible_ms,
-                poll_ms=poll_ms, expression=self.subscription.get(topic, "*"),
+                poll_ms=poll_ms, expression=self.subscription.get(topic, FilterExpression()),
             )  # fmt: skip
         except (ClientError, BrokerError) as exc:
             if not getattr(exc, "retriable", False):

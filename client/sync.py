@@ -30,6 +30,7 @@ from client import push as _push
 from client import simple_consumer as _simple
 from client.config import ClientConfig
 from client.errors import ClientClosedError
+from client.filters import FilterExpression
 from client.message import Message, ReceivedMessage, SendReceipt
 from client.transaction import LocalTransaction, TransactionReceipt, resolve
 
@@ -153,7 +154,7 @@ class SimpleConsumer(_Facade[_simple.SimpleConsumer]):
         config: ClientConfig | None = None,
         *,
         group: str,
-        subscription: Mapping[str, str] | None = None,
+        subscription: Mapping[str, str | FilterExpression] | None = None,
         backend: str = "asyncio",
         **kwargs: Any,
     ) -> None:
@@ -162,8 +163,9 @@ class SimpleConsumer(_Facade[_simple.SimpleConsumer]):
             backend,
         )
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Add or change a subscription."""
+    def subscribe(self, topic: str, expression: str | FilterExpression = "*") -> None:
+        """Add or change a subscription (a ``str`` is a TAG expression; see the async
+        method for what it raises)."""
         self._call(self._client.subscribe, topic, expression)
 
     def unsubscribe(self, topic: str) -> None:
@@ -199,7 +201,7 @@ class PushConsumer(_Facade[_push.PushConsumer]):
         config: ClientConfig | None = None,
         *,
         group: str,
-        subscription: Mapping[str, str],
+        subscription: Mapping[str, str | FilterExpression],
         listener: _push.Listener,
         backend: str = "asyncio",
         **kwargs: Any,

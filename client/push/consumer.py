@@ -29,13 +29,14 @@ import anyio.abc
 import structlog
 
 from client.config import ClientConfig
-from client.errors import ClientClosedError
+from client.errors import ClientClosedError, single_error
+from client.filters import FilterExpression, as_filters
 from client.instance import ClientInstance, open_instance
 from client.push.pop_mode import PopEngine
 from client.push.pull_mode import PullEngine
 from client.push.runtime import PushOptions, Runtime
 from client.push.types import Listener, PushStatistics
-from client.simple_consumer import subscription_data
+from client.simple_consumer import subscription_data, verify_filters
 from protocol.bodies.consumer import MessageQueue
 from protocol.bodies.heartbeat import ConsumeFromWhere, ConsumerData, ConsumeType, MessageModel
 from protocol.naming import retry_topic, validate_group, validate_topic
@@ -52,7 +53,10 @@ class PushConsumer:
             group in one process are distinct group members (one leaving does not
             unregister the others).
         group: the consumer group.
-        subscription: topic → tag expression (``"*"``, ``"a || b"``).
+        subscription: topic → filter: a tag expression (``"*"``, ``"a || b"``) or a
+            :class:`~client.filters.FilterExpression` (``FilterExpression.sql("n > 5")``).
+            SQL92 expressions are parsed here (``ValueError``) and checked with the topic's
+            brokers on entering the block (``SubscriptionRefusedError``).
         listener: ``(ReceivedMessage) -> ConsumeResult``, sync (run in worker threads) or
             async (run as tasks); anything but ``SUCCESS``, or an exception, is a failure.
         mode: ``"pop"`` (the broker balances; RocketMQ 5) or ``"pull"`` (client-side
@@ -85,7 +89,7 @@ class PushConsumer:
         config: ClientConfig | None = None,
         *,
         group: str,
-        subscription: Mapping[str, str],
+        subscription: Mapping[str, str | FilterExpression],
         listener: Listener,
         mode: str = "pop",
         orderly: bool = False,
@@ -102,7 +106,7 @@ class PushConsumer:
             config = dataclasses.replace(config, instance_name=f"{time.monotonic_ns()}")
         self.config = config
         self.group = group
-        self.subscription = dict(subscription)
+        self.subscription = as_filters(subscription)
         self.listener = listener
         self._runtime: Runtime | None = None
         self._stack: AsyncExitStack | None = None
@@ -113,23 +117,28 @@ class PushConsumer:
 
     # ------------------------------------------------------------------ lifetime
     async def __aenter__(self) -> PushConsumer:
-        async with AsyncExitStack() as stack:  # unwinds if starting fails
-            instance, tg = await stack.enter_async_context(open_instance(self.config))
-            instance.consumer_data = self._consumer_data
-            await instance.prefetch_routes(self.subscription)  # engines retry missing ones
-            await instance.heartbeat()
-            runtime = Runtime(self.listener, self.options)
-            consumers = await stack.enter_async_context(anyio.create_task_group())
-            engine: PopEngine | PullEngine
-            if self.options.mode == "pop":
-                engine = PopEngine(instance, self.group, self.subscription, runtime, consumers)
-            else:
-                engine = PullEngine(instance, self.group, self.subscription, runtime, consumers)
-                instance.on_rebalance = self._on_rebalance
-                instance.on_reset_offset = self._on_reset_offset
-            self._fetchers = anyio.CancelScope()
-            tg.start_soon(self._run_fetchers, engine, self._fetchers)
-            self._stack, self._instance, self._runtime = stack.pop_all(), instance, runtime
+        # What starting raised, not the instance task group's wrapping of it.
+        with single_error():
+            async with AsyncExitStack() as stack:  # unwinds if starting fails
+                instance, tg = await stack.enter_async_context(open_instance(self.config))
+                instance.consumer_data = self._consumer_data
+                await instance.prefetch_routes(self.subscription)  # engines retry missing ones
+                # Before registering: a refused filter must fail here, not as a consumer whose
+                # fetch loops only log it (Java checks with checkClientInBroker at start).
+                await verify_filters(instance, self.group, self.subscription)
+                await instance.heartbeat()
+                runtime = Runtime(self.listener, self.options)
+                consumers = await stack.enter_async_context(anyio.create_task_group())
+                engine: PopEngine | PullEngine
+                if self.options.mode == "pop":
+                    engine = PopEngine(instance, self.group, self.subscription, runtime, consumers)
+                else:
+                    engine = PullEngine(instance, self.group, self.subscription, runtime, consumers)
+                    instance.on_rebalance = self._on_rebalance
+                    instance.on_reset_offset = self._on_reset_offset
+                self._fetchers = anyio.CancelScope()
+                tg.start_soon(self._run_fetchers, engine, self._fetchers)
+                self._stack, self._instance, self._runtime = stack.pop_all(), instance, runtime
         self._engine, self._consumers = engine, consumers
         return self
 
@@ -177,7 +186,7 @@ class PushConsumer:
         if self.options.mode == "pull":
             # As Java: also subscribe to the group's retry topic, so sent-back messages
             # come back to the group.
-            subs.setdefault(retry_topic(self.group), "*")
+            subs.setdefault(retry_topic(self.group), FilterExpression())
         return [
             ConsumerData(
                 group_name=self.group,

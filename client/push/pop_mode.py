@@ -39,12 +39,13 @@ import anyio
 import anyio.abc
 import structlog
 
-from client.errors import ClientError
+from client.errors import ClientError, SubscriptionRefusedError
+from client.filters import FilterExpression
 from client.instance import ClientInstance
 from client.message import ReceivedMessage
 from client.pop import PopSession, brokers_of
 from client.push import pull_api
-from client.push.runtime import Runtime
+from client.push.runtime import REFUSED_PAUSE, Runtime
 from client.push.types import Outcome
 from protocol.errors import TrimqError
 from protocol.receipt import MAX_POP_MESSAGES
@@ -66,7 +67,7 @@ class PopEngine:
         self,
         instance: ClientInstance,
         group: str,
-        subscription: Mapping[str, str],
+        subscription: Mapping[str, FilterExpression],
         runtime: Runtime,
         consume_tg: anyio.abc.TaskGroup,
     ) -> None:
@@ -123,8 +124,14 @@ class PopEngine:
                 got = await self.session.pop(
                     broker, topic, max_messages=reserved, invisible_ms=options.invisible_ms,
                     poll_ms=int(options.long_poll_s * 1000),
-                    expression=self.subscription.get(topic, "*"), order=options.orderly,
+                    expression=self.subscription.get(topic, FilterExpression()),
+                    order=options.orderly,
                 )  # fmt: skip
+            except SubscriptionRefusedError as exc:
+                self.runtime.fill(reserved, [])
+                _log.error("subscription refused", topic=topic, broker=broker, error=str(exc))
+                await anyio.sleep(REFUSED_PAUSE)
+                continue
             except TrimqError as exc:
                 self.runtime.fill(reserved, [])
                 _log.warning("pop failed", topic=topic, broker=broker, error=str(exc))

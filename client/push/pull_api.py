@@ -11,6 +11,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from client.errors import NoRouteError
+from client.filters import FilterExpression, as_filter, raise_if_refused
 from client.instance import ClientInstance, check
 from client.message import ReceivedMessage
 from protocol.bodies.consumer import (
@@ -71,16 +72,20 @@ async def pull(
     max_messages: int,
     max_bytes: int | None,
     commit_offset: int | None,
-    expression: str,
+    expression: str | FilterExpression,
     suspend_ms: int,
 ) -> PullResult:
     """PULL_MESSAGE with long polling (``suspend_ms``; 0 = answer at once) and a piggy-backed
     offset commit (``None``: commit nothing); ``max_bytes`` caps the reply body if given.
+    ``expression`` travels as the pull's own subscription (a ``str`` is a TAG expression),
+    with its type as ``expressionType``.
 
     Raises:
+        SubscriptionRefusedError: the broker refused the filter.
         BrokerError: any answer but found / not found / retry / offset moved.
         ClientError: the broker could not be reached in time.
     """
+    wanted = as_filter(expression)
     header = PullMessageRequestHeader(
         consumer_group=group, topic=mq.topic, queue_id=mq.queue_id, queue_offset=offset,
         max_msg_nums=max_messages,
@@ -88,14 +93,16 @@ async def pull(
             commit_offset=commit_offset is not None, suspend=suspend_ms > 0, subscription=True
         ),
         commit_offset=commit_offset if commit_offset is not None else 0,
-        suspend_timeout_millis=suspend_ms, subscription=expression or "*",
-        sub_version=int(time.time() * 1000), expression_type="TAG", max_msg_bytes=max_bytes,
+        suspend_timeout_millis=suspend_ms, subscription=wanted.wire_expression,
+        sub_version=int(time.time() * 1000), expression_type=wanted.type.value,
+        max_msg_bytes=max_bytes,
     )  # fmt: skip
     cmd = instance.request(RequestCode.PULL_MESSAGE, header.to_ext())
     # Java: CONSUMER_TIMEOUT_MILLIS_WHEN_SUSPEND = 30 s for a 15 s hold; we give the hold
     # plus one request timeout.
     timeout = suspend_ms / 1000 + instance.config.request_timeout
     reply = await instance.remoting.invoke(_address(instance, mq.broker_name), cmd, timeout)
+    raise_if_refused(reply, mq.topic, mq.broker_name, wanted)
     moved = reply.code == ResponseCode.PULL_OFFSET_MOVED
     if reply.code not in NOT_FOUND_CODES and not moved:
         check(reply)

@@ -33,7 +33,8 @@ import anyio
 import anyio.abc
 import structlog
 
-from client.errors import NoRouteError
+from client.errors import NoRouteError, SubscriptionRefusedError
+from client.filters import FilterExpression
 from client.instance import ClientInstance
 from client.message import ReceivedMessage
 from client.pop import brokers_of
@@ -41,12 +42,11 @@ from client.push import pull_api
 from client.push.allocate import allocate_averagely
 from client.push.offsets import OffsetStore
 from client.push.process_queue import ProcessQueue
-from client.push.runtime import Runtime
+from client.push.runtime import REFUSED_PAUSE, Runtime
 from client.push.types import Outcome
 from protocol.bodies.consumer import MessageQueue
 from protocol.codes import ResponseCode
 from protocol.errors import TrimqError
-from protocol.filters import split_tags
 from protocol.naming import retry_topic
 
 _log = structlog.get_logger("trimq.client.push")
@@ -63,8 +63,7 @@ _ORDERLY_DROP_WAIT = 1.0
 
 def tag_matches(expression: str, tag: str | None) -> bool:
     """Client-side tag filter (the broker filters by tag hash, which can collide)."""
-    tags = split_tags(expression)
-    return tags is None or (tag is not None and tag in tags)
+    return FilterExpression.tag(expression).matches_tag(tag)
 
 
 @dataclass(eq=False)
@@ -92,7 +91,7 @@ class PullEngine:
         self,
         instance: ClientInstance,
         group: str,
-        subscription: Mapping[str, str],
+        subscription: Mapping[str, FilterExpression],
         runtime: Runtime,
         consume_tg: anyio.abc.TaskGroup,
     ) -> None:
@@ -112,9 +111,9 @@ class PullEngine:
 
         self.orderly = OrderlyConsumer(self) if self.options.orderly else None
 
-    def expression(self, topic: str) -> str:
-        """The tag expression of a topic (``*`` for the retry topic)."""
-        return self.subscription.get(topic, "*")
+    def expression(self, topic: str) -> FilterExpression:
+        """The filter of a topic (every message, ``*``, for the retry topic)."""
+        return self.subscription.get(topic, FilterExpression())
 
     def request_rebalance(self) -> None:
         """Rebalance as soon as possible (NOTIFY_CONSUMER_IDS_CHANGED, a new retry topic)."""
@@ -259,6 +258,11 @@ class PullEngine:
                 reserved = await self.runtime.reserve(wanted)
                 try:
                     result = await self._pull(state, reserved)
+                except SubscriptionRefusedError as exc:
+                    self.runtime.fill(reserved, [])
+                    _log.error("subscription refused", queue=str(state.mq), error=str(exc))
+                    await anyio.sleep(REFUSED_PAUSE)
+                    continue
                 except TrimqError as exc:
                     self.runtime.fill(reserved, [])
                     _log.warning("pull failed", queue=str(state.mq), error=str(exc))
@@ -298,7 +302,7 @@ class PullEngine:
             self.offsets.update(state.mq, result.next_offset, increase_only=False)
             return
         expression = self.expression(state.mq.topic)
-        wanted = [m for m in result.messages if tag_matches(expression, m.tag)]
+        wanted = [m for m in result.messages if expression.matches_tag(m.tag)]
         added = state.pq.put(wanted, result.next_offset)
         self.runtime.fill(reserved, added)
         state.caught_up = not added

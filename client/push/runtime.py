@@ -28,6 +28,10 @@ from client.push.process_queue import CacheBudget
 from client.push.types import ConsumeResult, Listener, Outcome, PushStatistics
 
 _log = structlog.get_logger("trimq.client.push")
+#: Pause of a fetch loop after a broker refused its filter. Filters are checked on entering
+#: the consumer, so this is a broker reconfigured since: it stays refused until the broker
+#: is changed again, and asking every second would only flood the log.
+REFUSED_PAUSE = 10.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
