@@ -114,9 +114,10 @@ class BrokerConfig:
     #: client test mode: encrypted, but not proof against a man in the middle).
     namesrv_tls: bool = False
     namesrv_tls_ca: Path | None = None
-    #: RocketMQ ACL 1.0 (``plain_acl.yml`` format, docs/security.md): every Remoting request
-    #: is authenticated and authorised against this file, which is reloaded when it changes.
-    #: None = ACL off (RocketMQ's ``aclEnable=false``).
+    #: ACL (docs/security.md): every request is authenticated and authorised against this
+    #: file — a ``plain_acl.yml`` (RocketMQ ACL 1.0) or an ACL 2.0 rule file (users and
+    #: policies, §7), told apart by their keys — reloaded when it changes. None = ACL off
+    #: (RocketMQ's ``aclEnable=false``).
     acl_file: Path | None = None
     #: The account the broker signs its name-server registrations with (the name servers'
     #: ``--acl-file`` must know it). Both or neither.
@@ -394,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--acl-file",
-        help="ACL on: plain_acl.yml accounts and permissions, reloaded when it changes",
+        help="ACL on: a plain_acl.yml (ACL 1.0) or an ACL 2.0 rule file, reloaded when it changes",
     )
     p.add_argument(
         "--acl-access-key", help="AccessKey the broker signs its name-server registrations with"

@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-config-path", help="file for the KV config (default: memory only)")
     p.add_argument(
         "--acl-file",
-        help="ACL on: broker registrations need credentials from this plain_acl.yml",
+        help="ACL on: broker registrations need credentials from this ACL file (1.0 or 2.0)",
     )
     p.add_argument(
         "--tls-mode",
