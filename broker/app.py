@@ -109,9 +109,7 @@ async def serve_broker(
     ha_listeners = (
         []
         if config.is_replica
-        else await trio.open_tcp_listeners(
-            port + 1 if config.ha_port is None else config.ha_port, host=config.host
-        )
+        else await trio.open_tcp_listeners(_ha_port(config, port), host=config.host)
     )
     ha_port = ha_listeners[0].socket.getsockname()[1] if ha_listeners else None
     stop, stopped = trio.Event(), trio.Event()
@@ -216,6 +214,14 @@ async def serve_broker(
     finally:
         stopped.set()
     _log.info("broker stopped", address=f"{config.host}:{port}")
+
+
+def _ha_port(config: BrokerConfig, port: int) -> int:
+    """``--ha-port``, else the Remoting port + 1 (RocketMQ's ``haListenPort``), else — when
+    the Remoting port itself was "any free port" — any free port too."""
+    if config.ha_port is not None:
+        return config.ha_port
+    return port + 1 if config.port else 0
 
 
 def _epochs(broker: Broker, default: int) -> EpochFile:

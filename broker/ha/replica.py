@@ -100,6 +100,17 @@ class Follower:
         self._last_error = ""
         #: Set whenever the local log grew by replicated bytes (tests wait on it).
         self.progress = trio.Event()
+        self._changed = trio.Event()
+
+    async def wait_until(self, check: Callable[[FollowerStatistics], bool]) -> None:
+        """Return once ``check`` holds for the statistics (re-checked whenever a link
+        starts or ends, or the log grows; callers bound the wait)."""
+        while not check(self.statistics()):
+            await self._changed.wait()
+
+    def _change(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
 
     def statistics(self) -> FollowerStatistics:
         """A snapshot."""
@@ -135,6 +146,7 @@ class Follower:
                 if self._connected:
                     self._disconnects += 1
                 self._connected = False
+                self._change()
             backoff = BACKOFF_MIN_S if streamed else min(backoff * 2, BACKOFF_MAX_S)
             await trio.sleep(backoff)
 
@@ -148,6 +160,7 @@ class Follower:
         async with stream:
             self._connected = True
             self._connects += 1
+            self._change()
             hello = Hello(self.broker_name, self.broker_id, self.epochs.current)
             reported = store.log.end
             await stream.send_all(encode_hello(hello) + encode_report(reported))
@@ -188,6 +201,7 @@ class Follower:
             self._learn_topics()
             self.progress.set()
             self.progress = trio.Event()
+            self._change()
         return True
 
     def _learn_topics(self) -> None:

@@ -35,9 +35,10 @@ async def open_master(data_dir: Path, **settings: Any) -> AsyncIterator[BrokerHa
 
 @asynccontextmanager
 async def open_replica(
-    data_dir: Path, master_ha: str, broker_id: int = 1, **settings: Any
+    data_dir: Path, master_ha: str | None, broker_id: int = 1, **settings: Any
 ) -> AsyncIterator[BrokerHandle]:
-    """A replica of :data:`NAME` following the master at ``master_ha`` (``host:port``)."""
+    """A replica of :data:`NAME` following the master at ``master_ha`` (``host:port``;
+    None: where the name servers of ``namesrv_addr`` say it is)."""
     async with open_broker(
         data_dir, broker_name=NAME, broker_id=broker_id, ha_master_addr=master_ha, **settings
     ) as replica:

@@ -6,18 +6,19 @@ are connected. Every wait is on a condition, bounded."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import trio
 
 from broker.app import BrokerHandle
 from protocol.codes import RequestCode, ResponseCode
-from protocol.ha import Hello, encode_hello, encode_report
+from protocol.ha import Hello, encode_batch, encode_hello, encode_report
 from protocol.headers.admin import CreateTopicRequestHeader
 from protocol.headers.send import SendMessageResponseHeader
 from protocol.message import MessageExt
 from protocol.properties import UNIQ_KEY
-from tests.broker.client import open_client
+from tests.broker.client import open_broker, open_client
 from tests.broker.ha.support import (
     NAME,
     follower,
@@ -87,19 +88,20 @@ async def test_sends_to_the_master_appear_on_the_replica_at_the_same_offsets(
     tmp_path: Path,
 ) -> None:
     with trio.fail_after(TEST_S):
-        async with open_master(tmp_path / "m") as master:
-            async with open_replica(tmp_path / "r", ha_addr(master)) as replica:
-                await wait_replicas(master, 1)
-                # 40 messages, 14 of 96 KiB: the 1 MiB segments roll (a blank crosses too).
-                ids = await send_many(master, keys("live", 40, big_every=3))
-                assert master.broker.store.log.end > master.broker.store.log.segment_size
-                await wait_caught_up(master, replica)
-                await assert_same(master, replica, ids)
-                stats = master.broker.replicas.statistics()
-                assert [(r.broker_id, r.acked) for r in stats.replicas] == [
-                    (1, master.broker.store.log.end)
-                ]
-                assert follower(replica).statistics().master_end == master.broker.store.log.end
+        async with (
+            open_master(tmp_path / "m") as master,
+            open_replica(tmp_path / "r", ha_addr(master)) as replica,
+        ):
+            await wait_replicas(master, 1)
+            # 40 messages, 14 of 96 KiB: the 1 MiB segments roll (a blank crosses too).
+            ids = await send_many(master, keys("live", 40, big_every=3))
+            assert master.broker.store.log.end > master.broker.store.log.segment_size
+            await wait_caught_up(master, replica)
+            await assert_same(master, replica, ids)
+            stats = master.broker.replicas.statistics()
+            end = master.broker.store.log.end
+            assert [(r.broker_id, r.acked) for r in stats.replicas] == [(1, end)]
+            assert follower(replica).statistics().master_end == end
 
 
 async def test_a_replica_started_late_catches_up_from_empty(tmp_path: Path) -> None:
@@ -133,19 +135,20 @@ async def test_sync_replication_answers_send_ok_only_once_the_replica_holds_the_
     tmp_path: Path,
 ) -> None:
     with trio.fail_after(TEST_S):
-        async with open_master(tmp_path / "m", replication="sync", min_insync_replicas=2) as master:
-            async with open_replica(tmp_path / "r", ha_addr(master)) as replica:
-                await wait_replicas(master, 1)
-                async with open_client(master.port) as client:
-                    for i in range(30):
-                        key = f"sync-{i}"
-                        reply = await send(client, TOPIC, key, body_for(key), i % QUEUES)
-                        assert reply.code == ResponseCode.SUCCESS, reply.remark
-                        # Nothing else is sent meanwhile: the master's end is this record's.
-                        end = master.broker.store.log.end
-                        assert replica.broker.store.log.end >= end, i
-                stats = master.broker.replicas.statistics()
-                assert (stats.sync_ok, stats.sync_timeouts, stats.sync_not_available) == (30, 0, 0)
+        async with (
+            open_master(tmp_path / "m", replication="sync", min_insync_replicas=2) as master,
+            open_replica(tmp_path / "r", ha_addr(master)) as replica,
+            open_client(master.port) as client,
+        ):
+            await wait_replicas(master, 1)
+            for i in range(30):
+                key = f"sync-{i}"
+                reply = await send(client, TOPIC, key, body_for(key), i % QUEUES)
+                assert reply.code == ResponseCode.SUCCESS, reply.remark
+                # Nothing else is sent meanwhile: the master's end is this record's end.
+                assert replica.broker.store.log.end >= master.broker.store.log.end, i
+            stats = master.broker.replicas.statistics()
+            assert (stats.sync_ok, stats.sync_timeouts, stats.sync_not_available) == (30, 0, 0)
 
 
 async def test_sync_send_times_out_with_flush_slave_timeout_when_the_replica_is_silent(
@@ -222,3 +225,49 @@ async def test_a_replica_refuses_sends_and_admin_writes_with_a_clear_code(tmp_pa
                     assert "replica" in (refused.remark or "")
                 assert replica.broker.store.log.end == master.broker.store.log.end
                 await assert_same(master, replica, ids)
+
+
+async def test_the_master_refuses_a_replica_of_another_group_or_one_from_a_newer_epoch(
+    tmp_path: Path,
+) -> None:
+    with trio.fail_after(TEST_S):
+        async with open_master(tmp_path / "m") as master:
+            async with open_broker(
+                tmp_path / "x", broker_name="other", broker_id=1, ha_master_addr=ha_addr(master)
+            ) as other:
+                assert other.follower is not None
+                await other.follower.wait_until(lambda s: f"serves {NAME}" in s.last_error)
+            epoch_file = tmp_path / "r" / "config" / "haEpoch"
+            epoch_file.parent.mkdir(parents=True)
+            epoch_file.write_text("5\n")
+            async with open_replica(tmp_path / "r", ha_addr(master)) as replica:
+                await follower(replica).wait_until(lambda s: "epoch 5" in s.last_error)
+                assert replica.broker.store.log.end == 0
+            assert master.broker.replicas.statistics().replicas == ()
+
+
+async def test_a_replica_drops_a_stream_from_an_epoch_older_than_it_accepted(
+    tmp_path: Path,
+) -> None:
+    async def deposed_master(stream: trio.SocketStream) -> None:
+        """Takes the replica's hello and streams under epoch 3."""
+        with contextlib.suppress(trio.BrokenResourceError):
+            await stream.receive_some(1024)
+            await stream.send_all(encode_batch(3, 0, 0, b""))
+            await drain(stream)
+
+    epoch_file = tmp_path / "r" / "config" / "haEpoch"
+    epoch_file.parent.mkdir(parents=True)
+    epoch_file.write_text("5\n")
+    with trio.fail_after(TEST_S):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(
+                trio.serve_listeners,
+                deposed_master,
+                await trio.open_tcp_listeners(0, host="127.0.0.1"),
+            )
+            port = listeners[0].socket.getsockname()[1]
+            async with open_replica(tmp_path / "r", f"127.0.0.1:{port}") as replica:
+                await follower(replica).wait_until(lambda s: "older than 5" in s.last_error)
+                assert follower(replica).statistics().epoch == 5
+            nursery.cancel_scope.cancel()
