@@ -201,6 +201,14 @@ class BrokerConfig:
             raise ConfigError("a replica (broker_id >= 1) needs ha_master_addr or namesrv_addr")
 
     @property
+    def stores_wait(self) -> bool:
+        """Whether a request that stores a record may wait long for its answer — its fsync
+        (``flush`` sync) or its replicas' acknowledgements (``replication`` sync) — and so
+        needs a task of its own on both front ends (concurrent sends then share one wait)."""
+        sync_replication = self.replication == "sync" and self.min_insync_replicas > 1
+        return self.flush == "sync" or (sync_replication and not self.is_replica)
+
+    @property
     def is_replica(self) -> bool:
         """Whether this broker follows a master (``broker_id`` >= 1)."""
         return self.broker_id > 0

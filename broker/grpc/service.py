@@ -138,8 +138,9 @@ class MessagingService:
         waiting = ["ReceiveMessage", "Telemetry"]
         if cluster is not None:  # a route may be asked of the name servers
             waiting += ["QueryRoute", "QueryAssignment"]
-        if broker.config.flush == "sync":
-            # Each stores a record (a message, a transaction's decision, a recall marker).
+        if broker.config.stores_wait:
+            # Each stores a record (a message, a transaction's decision, a recall marker) and
+            # waits for its fsync or its replicas.
             waiting += [
                 "SendMessage",
                 "ForwardMessageToDeadLetterQueue",

@@ -121,7 +121,7 @@ class ReplicaSet:
 
     async def wait_until(self, check: Callable[[ReplicationStatistics], bool]) -> None:
         """Return once ``check`` holds for the statistics (re-checked on every connect,
-        acknowledgement and disconnect; callers bound the wait)."""
+        acknowledgement, disconnect and new waiting send; callers bound the wait)."""
         while not check(self.statistics()):
             await self._changed.wait()
 
@@ -159,12 +159,14 @@ class ReplicaSet:
             return SyncOutcome.OK
         waiter = _Waiter(end_offset)
         self._waiters.append(waiter)
+        self._change()
         with trio.move_on_after(self.policy.timeout_s):
             await waiter.event.wait()
             self._ok += 1
             return SyncOutcome.OK
         if waiter in self._waiters:
             self._waiters.remove(waiter)
+            self._change()
         self._timeouts += 1
         return SyncOutcome.TIMEOUT
 

@@ -242,6 +242,9 @@ def test_replication_settings_default_to_a_lone_async_master() -> None:
     assert (sync.replication, sync.min_insync_replicas, sync.replica_timeout_ms) == (
         "sync", 2, 500,
     )  # fmt: skip
+    # A sync send waits for its replicas: it gets a task of its own, as in SYNC flush mode.
+    assert sync.stores_wait and not config.stores_wait
+    assert load(["--flush", "sync"], env={}).stores_wait
 
 
 @pytest.mark.parametrize(

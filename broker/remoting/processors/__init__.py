@@ -121,7 +121,7 @@ def broker_dispatcher(broker: Broker) -> BoundRegistry[BrokerContext]:
     return BoundRegistry(
         build_registry(),
         ctx,
-        sync=broker.config.flush == "sync",
+        sync=broker.config.stores_wait,
         on_close=ctx.connection_closed,
         guard=None if acl_file is None else AclGuard(acl_file, authorize_request),
         state=ctx.server,

@@ -27,6 +27,7 @@ from tests.broker.ha.support import (
     open_master,
     open_replica,
     send,
+    send_command,
     wait_caught_up,
     wait_replicas,
 )
@@ -271,3 +272,31 @@ async def test_a_replica_drops_a_stream_from_an_epoch_older_than_it_accepted(
                 await follower(replica).wait_until(lambda s: "older than 5" in s.last_error)
                 assert follower(replica).statistics().epoch == 5
             nursery.cancel_scope.cancel()
+
+
+async def test_sync_sends_on_one_connection_wait_for_their_copies_together(
+    tmp_path: Path,
+) -> None:
+    """Sync replication makes a send wait: each gets a task of its own (as in SYNC flush
+    mode), so two pipelined sends wait at once and one acknowledgement releases both."""
+    with trio.fail_after(TEST_S):
+        async with open_master(
+            tmp_path / "m", replication="sync", min_insync_replicas=2, replica_timeout_ms=60_000
+        ) as master:
+            replica = await trio.open_tcp_stream("127.0.0.1", master.ha_port or 0)
+            async with replica, trio.open_nursery() as nursery, open_client(master.port) as client:
+                await replica.send_all(encode_hello(Hello(NAME, 1, 0)) + encode_report(0))
+                nursery.start_soon(drain, replica)
+                await wait_replicas(master, 1)
+                opaques = []
+                for key in ("a", "b"):
+                    opaque, frame = client.protocol.send_request(send_command(TOPIC, key, b"x"))
+                    await client.send_raw(frame)
+                    opaques.append(opaque)
+                replicas = master.broker.replicas
+                await replicas.wait_until(lambda s: s.waiting == 2)
+                await replica.send_all(encode_report(master.broker.store.log.end))
+                for opaque in opaques:
+                    assert (await client.reply(opaque)).code == ResponseCode.SUCCESS
+                assert replicas.statistics().sync_ok == 2
+                nursery.cancel_scope.cancel()
