@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import pytest
 import trio
 
 from broker.app import BrokerHandle
@@ -132,13 +133,18 @@ async def test_a_restarted_replica_continues_from_its_own_log_end(tmp_path: Path
                 assert follower(replica).statistics().disconnects == 0
 
 
+@pytest.mark.parametrize("flush", ["async", "sync"])
 async def test_sync_replication_answers_send_ok_only_once_the_replica_holds_the_message(
-    tmp_path: Path,
+    tmp_path: Path, flush: str
 ) -> None:
+    """With ``flush`` on both: in SYNC flush mode the master streams only fsynced bytes
+    and the replica reports only after its own fsync."""
     with trio.fail_after(TEST_S):
         async with (
-            open_master(tmp_path / "m", replication="sync", min_insync_replicas=2) as master,
-            open_replica(tmp_path / "r", ha_addr(master)) as replica,
+            open_master(
+                tmp_path / "m", replication="sync", min_insync_replicas=2, flush=flush
+            ) as master,
+            open_replica(tmp_path / "r", ha_addr(master), flush=flush) as replica,
             open_client(master.port) as client,
         ):
             await wait_replicas(master, 1)
@@ -148,6 +154,9 @@ async def test_sync_replication_answers_send_ok_only_once_the_replica_holds_the_
                 assert reply.code == ResponseCode.SUCCESS, reply.remark
                 # Nothing else is sent meanwhile: the master's end is this record's end.
                 assert replica.broker.store.log.end >= master.broker.store.log.end, i
+                assert replica.broker.store.durable_offset >= master.broker.store.log.end or (
+                    flush == "async"
+                )
             stats = master.broker.replicas.statistics()
             assert (stats.sync_ok, stats.sync_timeouts, stats.sync_not_available) == (30, 0, 0)
 
