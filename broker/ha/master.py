@@ -3,8 +3,9 @@
 ``serve_ha_master`` accepts replicas on its listeners (a nursery per connection, all owned
 by the server's nursery, which the broker's front nursery owns). A connection starts with the
 replica's ``HELLO`` and first ``REPORT`` (where its log ends). The master checks the replica
-belongs to its group, that it knows no newer epoch, and that its log is not ahead of the
-master's (a log ahead means divergence; truncation is not built yet, so it is refused).
+belongs to its group, that it knows no newer epoch, and that its log ends inside the
+master's: not ahead (divergence; truncation is not built yet) and not before the master's
+first byte (retention deleted it; seeding from the middle is not built yet).
 Then two tasks run until either ends: the reader takes the replica's reports
 (:meth:`ReplicaSet.acked`), the writer streams raw log bytes from the replica's offset in
 batches of at most ``batch_bytes``, up to ``MessageStore.replicable_end``. When it has caught
@@ -123,9 +124,8 @@ async def _serve_replica(link: MasterLink, stream: trio.SocketStream) -> None:
                 nursery.start_soon(
                     _until_broken, partial(_read_reports, link, stream, side, replica), done, ended
                 )
-                begin = max(start, link.store.log.min_offset)
                 nursery.start_soon(
-                    _until_broken, partial(_stream_log, link, stream, begin), done, ended
+                    _until_broken, partial(_stream_log, link, stream, start), done, ended
                 )
         finally:
             link.replicas.disconnected(replica)
@@ -170,6 +170,12 @@ async def _handshake(
         raise _Refusal("broker id 0 is the master's")
     if hello.epoch > link.epoch:
         raise _Refusal(f"the replica knows epoch {hello.epoch}, newer than this master's")
+    if report.offset < link.store.log.min_offset:
+        raise _Refusal(
+            f"the replica's log ends at {report.offset}, before this master's log starts "
+            f"({link.store.log.min_offset}, retention): seeding a replica from the middle of "
+            "a log is not supported yet"
+        )
     if report.offset > link.store.log.end:
         raise _Refusal(
             f"the replica's log ends at {report.offset}, past this master's {link.store.log.end}"

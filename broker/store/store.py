@@ -478,9 +478,6 @@ class MessageStore:
         bytes were taken: the caller keeps the rest (a record not complete yet) and offers it
         again with the next bytes.
 
-        An empty replica may start at the master's first segment when retention has deleted
-        the older ones.
-
         Raises:
             StoreError: not a replica, ``offset`` is not where this log ends, or the bytes are
                 not valid records (each is checked: size, magic, position field, CRC).
@@ -488,7 +485,9 @@ class MessageStore:
         if not self.config.replica:
             raise StoreError("only a replica's store appends replicated bytes")
         if offset != self.log.end:
-            self._start_empty_log_at(offset)
+            raise StoreError(
+                f"replicated bytes at offset {offset}, but this log ends at {self.log.end}"
+            )
         pos = 0
         while pos < len(data):
             taken = self._replicate_one(data, pos, offset + pos)
@@ -500,14 +499,6 @@ class MessageStore:
         if pos and self._async and self.on_grow is not None:
             self.on_grow()
         return pos
-
-    def _start_empty_log_at(self, offset: int) -> None:
-        log = self.log
-        empty = log.end == log.min_offset and not log.segment_starts
-        if not (empty and offset % log.segment_size == 0):
-            raise StoreError(f"replicated bytes at offset {offset}, but this log ends at {log.end}")
-        log.set_end(offset)
-        self.durable_offset = self.dispatched_offset = offset
 
     def _replicate_one(self, data: bytes | bytearray, pos: int, phys: int) -> int:
         """Append the record (or end-of-segment blank) at ``data[pos:]``; 0 when it is not

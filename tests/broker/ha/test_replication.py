@@ -14,7 +14,7 @@ import trio
 
 from broker.app import BrokerHandle
 from protocol.codes import RequestCode, ResponseCode
-from protocol.ha import Hello, encode_batch, encode_hello, encode_report
+from protocol.ha import Hello, MasterSide, Report, encode_batch, encode_hello, encode_report
 from protocol.headers.admin import CreateTopicRequestHeader
 from protocol.headers.send import SendMessageResponseHeader
 from protocol.message import MessageExt
@@ -309,3 +309,48 @@ async def test_sync_sends_on_one_connection_wait_for_their_copies_together(
                     assert (await client.reply(opaque)).code == ResponseCode.SUCCESS
                 assert replicas.statistics().sync_ok == 2
                 nursery.cancel_scope.cancel()
+
+
+async def test_a_link_cut_inside_a_record_resumes_after_the_last_whole_record(
+    tmp_path: Path,
+) -> None:
+    """A master that streams half of a record and drops the link: the replica kept only
+    whole records, reports their end on the next link, and gets the rest from there."""
+    with trio.fail_after(TEST_S):
+        async with open_master(tmp_path / "m") as master:
+            ids = await send_many(master, keys("cut", 12))
+            log = log_image(master.broker.store)
+        cut = len(log) - 100  # inside the last record
+        reports: list[int] = []
+
+        async def flaky_master(stream: trio.SocketStream) -> None:
+            side = MasterSide()
+            with contextlib.suppress(trio.BrokenResourceError):
+                events: list[object] = []
+                while len(events) < 2:
+                    events += side.receive(await stream.receive_some(1024))
+                report = events[1]
+                assert isinstance(report, Report)
+                reports.append(report.offset)
+                if len(reports) == 1:
+                    await stream.send_all(encode_batch(1, 0, len(log), log[:cut]))
+                    return  # the link breaks mid-record
+                start = report.offset
+                await stream.send_all(encode_batch(1, start, len(log), log[start:]))
+                await drain(stream)
+
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(
+                trio.serve_listeners,
+                flaky_master,
+                await trio.open_tcp_listeners(0, host="127.0.0.1"),
+            )
+            port = listeners[0].socket.getsockname()[1]
+            async with open_replica(tmp_path / "r", f"127.0.0.1:{port}") as replica:
+                link = follower(replica)
+                await link.wait_until(lambda s: s.offset == len(log))
+                assert reports[0] == 0 and 0 < reports[1] <= cut < len(log)
+                assert log_image(replica.broker.store) == log
+                stored = {m.properties[UNIQ_KEY]: m.offset_msg_id for m in await pulled(replica)}
+                assert stored == ids
+            nursery.cancel_scope.cancel()
