@@ -21,6 +21,7 @@ from protocol.errors import (
     ProtocolError,
 )
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_command
+from protocol.header_codec import _general_json, _plain_json, encode_json
 from tests.protocol.strategies import commands
 
 
@@ -387,3 +388,34 @@ def test_fuzz_mutated_valid_frames(cmd: RemotingCommand, data: st.DataObject) ->
     decoder.feed(bytes(frame))
     decoder.feed(b"")
     drain(decoder, len(frame) // 8 + 2)
+
+
+@given(
+    st.dictionaries(st.text(max_size=12), st.text(max_size=24), max_size=8),
+    st.none() | st.text(max_size=30),
+    st.integers(-(2**31), 2**31 - 1),
+    st.sampled_from(["JAVA", "CPP", "PYTHON", "GO"]),
+)
+def test_json_headers_written_by_formatting_are_what_json_writes(
+    ext: dict[str, str], remark: str | None, opaque: int, language: str
+) -> None:
+    cmd = RemotingCommand(
+        code=0, opaque=opaque, flag=1, language=language, remark=remark, ext_fields=ext
+    )
+    try:
+        general = _general_json(cmd)
+    except EncodeError:
+        general = None  # lone surrogates: the fast path must not take them either
+    plain = _plain_json(cmd)
+    if plain is not None:
+        assert plain == general
+    assert (encode_json(cmd) if general is not None else None) == general
+
+
+def test_typical_replies_take_the_formatting_path() -> None:
+    reply = RemotingCommand(
+        code=0, opaque=7, flag=1, ext_fields={"msgId": "7F00", "queueId": "3", "queueOffset": "9"}
+    )
+    assert _plain_json(reply) is not None
+    assert _plain_json(RemotingCommand(code=0, remark='say "hi"')) is None
+    assert _plain_json(RemotingCommand(code=0, ext_fields={"a": "line\nbreak"})) is None
