@@ -27,6 +27,7 @@ Each figure is the median of ``--runs`` rounds; the server's CPU per message com
 binds to loopback and is stopped by pid.
 
 Usage: python -m benchmarks.bench_floor [--runs 3] [--sizes 128,1024] [--count 5000]
+    [--broker-root OTHER_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -452,6 +454,9 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, default=32_000)
     parser.add_argument("--max-seconds", type=float, default=120.0, help="bound of one round")
     parser.add_argument("--out", help="JSON-lines file for every row")
+    parser.add_argument(
+        "--broker-root", type=Path, help="run the broker of this checkout (a before/after)"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     rows: list[dict[str, Any]] = []
@@ -459,7 +464,8 @@ def main() -> None:
         for size in sizes:
             # Fresh servers per round and size: every pull reads from offset 0 / id 1-1.
             with ExitStack() as servers:
-                b_pid, b_port = servers.enter_context(broker_process(verbose=False))
+                trimq = broker_process(verbose=False, root=args.broker_root)
+                b_pid, b_port = servers.enter_context(trimq)
                 f_pid, f_port = servers.enter_context(floor_process())
                 r_pid, r_port = servers.enter_context(redis_process())
                 targets = [
