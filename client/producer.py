@@ -67,6 +67,9 @@ RETRY_CODES = frozenset(
         ResponseCode.SERVICE_NOT_AVAILABLE,
         ResponseCode.NO_PERMISSION,
         ResponseCode.TOPIC_NOT_EXIST,
+        # Only when it carries no msgId: a sync-replication broker with too few replicas in
+        # sync refused the message before storing it (see _receipt).
+        ResponseCode.SLAVE_NOT_AVAILABLE,
     }
 )
 _STATUS = {
@@ -486,7 +489,12 @@ class Producer:
     @staticmethod
     def _receipt(reply: RemotingCommand, queue: MessageQueue, uniq: str) -> SendReceipt:
         status = _STATUS.get(reply.code)  # type: ignore[call-overload]
-        if status is None:
+        # SLAVE_NOT_AVAILABLE with a msgId: stored (RocketMQ, older trimq); without: refused
+        # before the append (trimq), so another broker may take it without a duplicate.
+        refused = reply.code == ResponseCode.SLAVE_NOT_AVAILABLE and "msgId" not in (
+            reply.ext_fields or {}
+        )
+        if status is None or refused:
             raise for_code(reply.code, reply.remark)
         header = SendMessageResponseHeader.from_ext(reply.ext_fields)
         stored = MessageQueue(queue.topic, queue.broker_name, header.queue_id)

@@ -56,17 +56,9 @@ from protocol.properties import (
     encode_properties,
 )
 
-#: What a producer's send answers when sync replication fell short (the message is stored).
-_SHORT_OF_COPIES: Mapping[SyncOutcome, tuple[PutStatus, str]] = {
-    SyncOutcome.TIMEOUT: (
-        PutStatus.FLUSH_SLAVE_TIMEOUT,
-        "stored on the master, but too few replicas acknowledged it in time",
-    ),
-    SyncOutcome.NOT_AVAILABLE: (
-        PutStatus.SLAVE_NOT_AVAILABLE,
-        "stored on the master, but too few replicas are connected",
-    ),
-}
+#: What a producer's send answers when its replicas did not acknowledge it in time (the
+#: message is stored on the master).
+_NOT_ACKNOWLEDGED = "stored on the master, but too few replicas acknowledged it in time"
 
 #: Where a message came from when the front end cannot tell (not an IPv4 peer).
 UNKNOWN_HOST: Host = ("127.0.0.1", 0)
@@ -220,7 +212,8 @@ class SendService:
 
         Raises:
             BrokerError: the topic may not be written, does not exist, the queue id is
-                illegal, or the delivery time is malformed.
+                illegal, or the delivery time is malformed; ``SLAVE_NOT_AVAILABLE`` (nothing
+                stored) in sync replication with too few replicas in sync.
             IllegalNameError: the topic name is illegal.
         """
         config = self.topic_for_send(req.topic, req.default_topic, req.default_topic_queue_nums)
@@ -233,22 +226,34 @@ class SendService:
             req.born_timestamp, req.born_host, req.reconsume_times, 0,
             req.properties_text if topic == req.topic else None,
         )  # fmt: skip
+        self._check_in_sync()
         if is_half(req.properties) and topic == req.topic:
             result = await self.halves.prepare(msg)
             return SendOutcome(await self._replicated(result), topic, queue_id)
         outcome = await self._store(msg)
         return outcome._replace(result=await self._replicated(outcome.result))
 
+    def _check_in_sync(self) -> None:
+        """Sync replication refuses a send before its append when too few replicas are in
+        sync (Kafka's NotEnoughReplicas), so that a producer's retry cannot duplicate it.
+
+        Raises:
+            BrokerError: ``SLAVE_NOT_AVAILABLE``, the remark counting replicas in sync and
+                needed; nothing was stored.
+        """
+        remark = self.replicas.shortfall()
+        if remark is not None:
+            raise BrokerError(remark, code=ResponseCode.SLAVE_NOT_AVAILABLE)
+
     async def _replicated(self, result: PutResult) -> PutResult:
         """Sync replication (RocketMQ's SYNC_MASTER): a stored message is answered SEND_OK
         only once enough replicas hold it; otherwise it stays stored and the answer says
-        FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE. Async replication: at once."""
+        FLUSH_SLAVE_TIMEOUT. Async replication: at once."""
         if not result.ok:
             return result
-        short = _SHORT_OF_COPIES.get(await self.replicas.wait_replicated(result.end_offset))
-        if short is None:
+        if await self.replicas.wait_replicated(result.end_offset) is SyncOutcome.OK:
             return result
-        return result._replace(status=short[0], remark=short[1])
+        return result._replace(status=PutStatus.FLUSH_SLAVE_TIMEOUT, remark=_NOT_ACKNOWLEDGED)
 
     def topic_for_send(
         self, topic: str, default_topic: str | None = None, default_queue_nums: int = 4
@@ -330,13 +335,15 @@ class SendService:
 
         Raises:
             BrokerError: as :meth:`send`; ``MESSAGE_ILLEGAL`` for an empty batch, a delayed
-                message in it, or a body over the size limit.
+                message in it, or a body over the size limit; ``SLAVE_NOT_AVAILABLE`` as
+                :meth:`send` (nothing stored).
         """
         config = self.topic_for_send(req.topic, req.default_topic, req.default_topic_queue_nums)
         queue_id = self._queue_id(config, req.queue_id)
         if not req.entries:
             raise BrokerError("empty batch", code=ResponseCode.MESSAGE_ILLEGAL)
         messages = [self._batch_message(req, queue_id, i, e) for i, e in enumerate(req.entries)]
+        self._check_in_sync()
         results = await self.storage.put_many(messages)
         if results and results[-1].ok:
             last = await self._replicated(results[-1])

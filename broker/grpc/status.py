@@ -35,10 +35,10 @@ _BY_PUT_STATUS: Final = {
     PutStatus.PUT_OK: Code.OK,
     PutStatus.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
     PutStatus.PROPERTIES_SIZE_EXCEEDED: Code.MESSAGE_PROPERTIES_TOO_LARGE,
-    # Sync replication fell short (the message is stored on the master): the proxy's
-    # mapping of FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE.
+    # Sync replication's acknowledgements timed out (the message is stored on the master):
+    # the proxy's mapping of FLUSH_SLAVE_TIMEOUT. Too few replicas in sync is a BrokerError
+    # with SLAVE_NOT_AVAILABLE, refused before the append (HA_NOT_AVAILABLE above).
     PutStatus.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,
-    PutStatus.SLAVE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,
 }
 
 

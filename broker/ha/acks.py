@@ -1,11 +1,13 @@
 """The master's view of its replicas: who is connected, how far each has acknowledged, and
 the wait sync replication puts a send through (RocketMQ's ``GroupTransferService``).
 
-A send in sync mode, once stored (and durable as its flush mode says), waits until
-``needed`` replicas have reported a log end at or past the record's end. It does not wait
-at all when fewer replicas are connected than it needs (``NOT_AVAILABLE``, RocketMQ's
-SLAVE_NOT_AVAILABLE), and gives up after ``timeout_s`` (``TIMEOUT``, FLUSH_SLAVE_TIMEOUT).
-Either way the message stays stored, as in RocketMQ. Everything here runs on the trio
+A send in sync mode is first checked by :meth:`ReplicaSet.shortfall`: with fewer replicas
+in sync (connected) than it needs it is refused *before* its append (SLAVE_NOT_AVAILABLE,
+Kafka's NotEnoughReplicas), so a producer's retry cannot duplicate it. Once stored (and
+durable as its flush mode says) it waits until ``needed`` replicas have reported a log end
+at or past the record's end, and gives up after ``timeout_s`` (``TIMEOUT``,
+FLUSH_SLAVE_TIMEOUT: the message stays stored, as in RocketMQ and Kafka). A replica that
+drops out during that wait may come back within it. Everything here runs on the trio
 thread; waits use trio's clock, so tests under a mock clock own time.
 """
 
@@ -23,10 +25,8 @@ class SyncOutcome(enum.Enum):
     """What a sync-replication wait found."""
 
     OK = "OK"
-    #: Connected replicas did not acknowledge in time (FLUSH_SLAVE_TIMEOUT, 12).
+    #: Too few replicas acknowledged in time (FLUSH_SLAVE_TIMEOUT, 12).
     TIMEOUT = "TIMEOUT"
-    #: Fewer replicas connected than needed (SLAVE_NOT_AVAILABLE, 11).
-    NOT_AVAILABLE = "NOT_AVAILABLE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +75,7 @@ class ReplicationStatistics:
     waiting: int
     sync_ok: int
     sync_timeouts: int
+    #: Sync sends refused before their append: too few replicas in sync.
     sync_not_available: int
 
 
@@ -145,15 +146,24 @@ class ReplicaSet:
         self._waiters = keep
 
     # ------------------------------------------------------------------ the send path
+    def shortfall(self) -> str | None:
+        """Why a sync send must be refused before its append — too few replicas in sync
+        (connected) — or None when it may go ahead (always in async mode)."""
+        needed, in_sync = self.policy.needed, len(self._replicas)
+        if in_sync >= needed:
+            return None
+        self._not_available += 1
+        return (
+            f"not enough replicas in sync: {in_sync} in sync, {needed} needed "
+            f"(min-insync-replicas {self.policy.min_insync_replicas}, the master counts as "
+            "one); the message was not stored"
+        )
+
     async def wait_replicated(self, end_offset: int) -> SyncOutcome:
         """Wait until enough replicas hold the log up to ``end_offset`` (see the module
         docstring); at once ``OK`` in async mode."""
-        needed = self.policy.needed
-        if needed == 0:
+        if self.policy.needed == 0:
             return SyncOutcome.OK
-        if len(self._replicas) < needed:
-            self._not_available += 1
-            return SyncOutcome.NOT_AVAILABLE
         if self.confirmed() >= end_offset:
             self._ok += 1
             return SyncOutcome.OK

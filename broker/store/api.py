@@ -31,15 +31,13 @@ class PutStatus(enum.Enum):
     DISK_ERROR = "DISK_ERROR"  # ENOSPC, EIO, read-only directory: nothing was appended
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # the store is read-only after a disk error
     # Set by sync replication (broker.core), never by the store: the message *is* stored
-    # (on the master), but fewer copies than asked for acknowledged it.
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # the replicas did not acknowledge in time
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"  # fewer replicas connected than needed
+    # (on the master), but fewer copies than asked for acknowledged it in time. (Too few
+    # replicas in sync is refused before the append: SLAVE_NOT_AVAILABLE, nothing stored.)
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
 
 
 #: Outcomes of a put whose message was appended to the log (readable, has a msgId).
-STORED_STATUSES = frozenset(
-    {PutStatus.PUT_OK, PutStatus.FLUSH_SLAVE_TIMEOUT, PutStatus.SLAVE_NOT_AVAILABLE}
-)
+STORED_STATUSES = frozenset({PutStatus.PUT_OK, PutStatus.FLUSH_SLAVE_TIMEOUT})
 
 
 class GetStatus(enum.Enum):

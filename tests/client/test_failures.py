@@ -9,11 +9,14 @@ from broker.app import BrokerHandle
 from client.config import ClientConfig
 from client.errors import ConnectionLostError, RequestTimeoutError
 from client.instance import ClientInstance, open_instance
-from client.message import Message
-from client.producer import Producer
-from protocol.codes import RequestCode
+from client.message import Message, SendStatus
+from client.producer import RETRY_CODES, Producer
+from protocol.bodies.consumer import MessageQueue
+from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
+from protocol.errors import BrokerError
 from protocol.headers.pull import PullMessageRequestHeader, build_pull_sys_flag
+from protocol.headers.send import SendMessageResponseHeader
 from tests.client.harness import BrokerThread, run
 
 pytestmark = pytest.mark.integration
@@ -90,3 +93,18 @@ def test_connection_lost_fails_pending_at_once(
 ) -> None:
     """A broker that dies under a parked request fails it promptly, not at its timeout."""
     assert run(backend, _lost, config, broker) < 5.0
+
+
+def test_slave_not_available_without_a_msgid_is_a_retryable_refusal() -> None:
+    """Code 11 without a msgId: a sync-replication broker refused the message before its
+    append, so another broker may take it (no duplicate); with a msgId it was stored and
+    is a non-OK status (RocketMQ's classic SYNC_MASTER)."""
+    cmd = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2)
+    queue = MessageQueue("T", "b", 0)
+    refused = cmd.response(ResponseCode.SLAVE_NOT_AVAILABLE, "not enough replicas in sync")
+    with pytest.raises(BrokerError) as caught:
+        Producer._receipt(refused, queue, "U1")
+    assert caught.value.code in RETRY_CODES
+    header = SendMessageResponseHeader(msg_id="AB" * 16, queue_id=0, queue_offset=7)
+    stored = cmd.response(ResponseCode.SLAVE_NOT_AVAILABLE, "stored", ext_fields=header.to_ext())
+    assert Producer._receipt(stored, queue, "U1").status is SendStatus.SLAVE_NOT_AVAILABLE

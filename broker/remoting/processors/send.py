@@ -27,7 +27,6 @@ _STATUS_CODES: Mapping[PutStatus, int] = {
     PutStatus.DISK_ERROR: ResponseCode.SERVICE_NOT_AVAILABLE,
     PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
     PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
-    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }
 
 
@@ -36,7 +35,7 @@ def _reply(cmd: RemotingCommand, result: PutResult, queue_id: int, **extra: str)
     if not result.stored:
         return cmd.response(code, result.remark or result.status.value)
     # A stored message's answer carries its msgId and offset even when sync replication
-    # fell short (codes 11 and 12): RocketMQ's clients read them into the SendResult.
+    # timed out (code 12): RocketMQ's clients read them into the SendResult.
     header = SendMessageResponseHeader(
         msg_id=extra.get("msg_id", result.msg_id),
         queue_id=queue_id,

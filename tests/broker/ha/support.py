@@ -14,6 +14,7 @@ from broker.app import BrokerHandle
 from broker.ha.acks import ReplicationStatistics
 from broker.ha.replica import Follower
 from broker.store.store import MessageStore
+from protocol.batch import BatchEntry, encode_batch
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand, request
 from protocol.headers.send import SendMessageRequestHeader, send_header_to_v2_ext
@@ -91,6 +92,19 @@ def send_command(topic: str, key: str, body: bytes, queue_id: int = 0) -> Remoti
         born_timestamp=1_700_000_000_000, flag=0, properties=encode_properties({UNIQ_KEY: key}),
     )  # fmt: skip
     return request(RequestCode.SEND_MESSAGE_V2, 0, send_header_to_v2_ext(header), body)
+
+
+def batch_command(topic: str, keys: list[str], queue_id: int = 0) -> RemotingCommand:
+    """SEND_BATCH_MESSAGE of one message per key (UNIQ_KEY = body = the key)."""
+    header = SendMessageRequestHeader(
+        producer_group="ha_producer", topic=topic, default_topic="TBW102",
+        default_topic_queue_nums=4, queue_id=queue_id, sys_flag=0,
+        born_timestamp=1_700_000_000_000, flag=0, properties="",
+    )  # fmt: skip
+    entries = [BatchEntry(key.encode(), {UNIQ_KEY: key}) for key in keys]
+    return request(
+        RequestCode.SEND_BATCH_MESSAGE, 0, send_header_to_v2_ext(header), encode_batch(entries)
+    )
 
 
 async def send(

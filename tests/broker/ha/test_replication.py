@@ -1,8 +1,8 @@
 """Replication over real TCP on loopback (docs/design.md §13): a replica's log is the
 master's at the same offsets, it catches up from empty and from where it was, it serves
 pulls and refuses writes; sync replication answers SEND_OK only with the replicas' copies,
-FLUSH_SLAVE_TIMEOUT when they do not acknowledge in time, SLAVE_NOT_AVAILABLE when too few
-are connected. Every wait is on a condition, bounded."""
+FLUSH_SLAVE_TIMEOUT when they do not acknowledge in time (stored), SLAVE_NOT_AVAILABLE before
+the append when too few are in sync (nothing stored). Every wait is on a condition, bounded."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from protocol.properties import UNIQ_KEY
 from tests.broker.client import open_broker, open_client
 from tests.broker.ha.support import (
     NAME,
+    batch_command,
     follower,
     ha_addr,
     log_image,
@@ -191,27 +192,38 @@ async def test_sync_send_times_out_with_flush_slave_timeout_when_the_replica_is_
             assert master.broker.replicas.statistics().sync_timeouts == 1
 
 
-async def test_sync_send_is_slave_not_available_at_once_without_enough_replicas(
+async def test_sync_send_is_refused_before_its_append_without_enough_replicas_in_sync(
     tmp_path: Path,
 ) -> None:
+    """Too few replicas in sync: SLAVE_NOT_AVAILABLE with the count, nothing stored (so a
+    producer's retry duplicates nothing); with the replica there, SEND_OK."""
     with trio.fail_after(TEST_S):
         async with open_master(
             tmp_path / "m", replication="sync", min_insync_replicas=2, replica_timeout_ms=30_000
         ) as master:
+            store = master.broker.store
             async with open_client(master.port) as client:
+                before = store.log.end
                 reply = await send(client, TOPIC, "alone", body_for("alone"))
                 assert reply.code == ResponseCode.SLAVE_NOT_AVAILABLE, reply.remark
-                assert SendMessageResponseHeader.from_ext(reply.ext_fields).msg_id
-                # A replica comes, then goes: SEND_OK while it is there, 11 once it left.
+                assert "0 in sync, 1 needed" in (reply.remark or ""), reply.remark
+                assert "msgId" not in reply.ext_fields
+                assert store.log.end == before
+                # A replica comes, then goes: SEND_OK while it is there, refused once it left.
                 async with open_replica(tmp_path / "r", ha_addr(master)):
                     await wait_replicas(master, 1)
                     ok = await send(client, TOPIC, "paired", body_for("paired"))
                     assert ok.code == ResponseCode.SUCCESS, ok.remark
                 await wait_replicas(master, 0)
+                end = store.log.end
                 again = await send(client, TOPIC, "left", body_for("left"))
                 assert again.code == ResponseCode.SLAVE_NOT_AVAILABLE, again.remark
-            assert len(await pulled(master)) == 3  # every one is stored on the master
-            assert master.broker.replicas.statistics().sync_not_available == 2
+                batch = await client.request(batch_command(TOPIC, ["b1", "b2"]))
+                assert batch.code == ResponseCode.SLAVE_NOT_AVAILABLE, batch.remark
+                assert store.log.end == end
+            stored = await pulled(master)
+            assert [m.properties[UNIQ_KEY] for m in stored] == ["paired"]
+            assert master.broker.replicas.statistics().sync_not_available == 3
 
 
 async def test_a_replica_refuses_sends_and_admin_writes_with_a_clear_code(tmp_path: Path) -> None:
