@@ -303,6 +303,7 @@ async def open_broker(
             shutting_down,
             max_hold_ms=config.suspend_max_ms,
             property_filter=config.enable_property_filter,
+            is_replica=lambda: store.config.replica,
         ),
         offsets=offsets,
         admin=AdminService(

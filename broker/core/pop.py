@@ -17,11 +17,14 @@ is not in flight (never popped by this group, already acked, revived, or superse
 of invisible time) is ``NO_MESSAGE`` with a remark saying which, and changes nothing. RocketMQ
 answers ``SUCCESS`` even when it failed to record an ack (weak spot 18); here a journal failure
 is a ``SYSTEM_ERROR`` and the message stays in flight.
+
+Pops belong to the master: on a replica every pop, ack and change is refused with
+``SERVICE_NOT_AVAILABLE`` (:data:`POP_ON_REPLICA`) before it touches any state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import trio
@@ -41,6 +44,8 @@ from protocol.receipt import MAX_POP_MESSAGES, POP_ORDER_REVIVE_QUEUE, ExtraInfo
 
 #: A woken pop that found nothing parks again at most this many times (bounded loop).
 MAX_REPARKS = 10_000
+#: Why a replica refuses pops, acks and changes (docs/design.md §13).
+POP_ON_REPLICA = "the broker is a replica: pop from the master (broker id 0)"
 
 _REMARKS = {
     Outcome.UNKNOWN: "no message in flight for this receipt (never popped by this group, "
@@ -162,8 +167,11 @@ class PopService:
         *,
         max_hold_ms: int,
         property_filter: bool = True,
+        is_replica: Callable[[], bool] = lambda: False,
     ) -> None:
         self.engine = engine
+        #: Whether the broker follows a master now (asked per request: a promotion ends it).
+        self.is_replica = is_replica
         self.topics = topics
         self.clock = clock
         self.stopping = stopping
@@ -171,6 +179,16 @@ class PopService:
         self.max_hold_ms = max_hold_ms
         #: Whether SQL92 subscriptions are served (``enable_property_filter``).
         self.property_filter = property_filter
+
+    def _refuse_on_replica(self) -> None:
+        """Pops belong to the master: a lease taken on a replica would live in a state no
+        one replicates, be revived by no one and be acked nowhere else.
+
+        Raises:
+            BrokerError: ``SERVICE_NOT_AVAILABLE`` on a replica.
+        """
+        if self.is_replica():
+            raise BrokerError(POP_ON_REPLICA, code=ResponseCode.SERVICE_NOT_AVAILABLE)
 
     # ------------------------------------------------------------------ pop
     def request(
@@ -191,9 +209,10 @@ class PopService:
 
         Raises:
             BrokerError: ``INVALID_PARAMETER``, ``TOPIC_NOT_EXIST``, ``NO_PERMISSION`` or
-                ``SUBSCRIPTION_PARSE_FAILED``.
+                ``SUBSCRIPTION_PARSE_FAILED``; ``SERVICE_NOT_AVAILABLE`` on a replica.
             IllegalNameError: the group name is illegal.
         """
+        self._refuse_on_replica()
         validate_group(group)
         if not 0 < max_nums <= MAX_POP_MESSAGES:
             raise BrokerError(
@@ -249,7 +268,12 @@ class PopService:
     async def wait_for_topic(self, topic: str, group: str, poll_ms: int) -> bool:
         """Park like a pop on a topic that does not exist yet (a consumer that starts before
         the first send: the gRPC clients get the topic's planned route) until a message
-        arrives on it or ``poll_ms`` pass; returns whether the topic exists now."""
+        arrives on it or ``poll_ms`` pass; returns whether the topic exists now.
+
+        Raises:
+            BrokerError: ``SERVICE_NOT_AVAILABLE`` on a replica (at once).
+        """
+        self._refuse_on_replica()
         hold_s = self._hold_s(poll_ms)
         if self.topics.get(topic) is None and hold_s > 0 and not self.stopping.is_set():
             deadline = trio.current_time() + hold_s
@@ -269,9 +293,11 @@ class PopService:
 
         Raises:
             BrokerError: ``NO_MESSAGE`` (not in flight: the remark says why) or
-                ``SYSTEM_ERROR`` (the journal could not record it; nothing changed).
+                ``SYSTEM_ERROR`` (the journal could not record it; nothing changed);
+                ``SERVICE_NOT_AVAILABLE`` on a replica.
             IllegalNameError: the group name is illegal.
         """
+        self._refuse_on_replica()
         validate_group(group)
         key = lease_key(group, topic, queue_id, offset, receipt)
         try:
@@ -287,8 +313,9 @@ class PopService:
 
         Raises:
             BrokerError: ``SYSTEM_ERROR`` when the journal could not record it (nothing
-                changed).
+                changed); ``SERVICE_NOT_AVAILABLE`` on a replica.
         """
+        self._refuse_on_replica()
         try:
             return self.engine.ack_many(list(receipts), self.clock.now_ms())
         except OSError:
@@ -322,10 +349,11 @@ class PopService:
         gRPC clients' push consumers send it; RocketMQ accepts it too).
 
         Raises:
-            BrokerError: ``INVALID_PARAMETER`` (invisible time < 0), ``NO_MESSAGE`` or
-                ``SYSTEM_ERROR`` as for :meth:`ack`.
+            BrokerError: ``INVALID_PARAMETER`` (invisible time < 0), ``NO_MESSAGE``,
+                ``SYSTEM_ERROR`` or ``SERVICE_NOT_AVAILABLE`` as for :meth:`ack`.
             IllegalNameError: the group name is illegal.
         """
+        self._refuse_on_replica()
         _check_invisible(invisible_ms, least=0)
         validate_group(group)
         key = lease_key(group, topic, queue_id, offset, receipt)
