@@ -25,6 +25,7 @@ from broker.grpc.server import GrpcLimits, GrpcServerState, GrpcStatistics, serv
 from broker.grpc.service import GrpcEndpoint, build_service
 from broker.ha.epoch import FIRST_EPOCH, EpochFile
 from broker.ha.master import HaSettings, LogGrowth, MasterLink, serve_ha_master
+from broker.ha.metadata import MasterMetadata, ReplicaMetadata
 from broker.ha.replica import Follower
 from broker.logs import get_logger
 from broker.prometheus import RefusalSource, open_prometheus
@@ -237,6 +238,7 @@ def _master_link(broker: Broker) -> MasterLink:
         broker.config.broker_name,
         _epochs(broker, FIRST_EPOCH).current,
         HaSettings(),
+        MasterMetadata(broker.topics, broker.groups, broker.store.offsets, broker.pop.table),
     )
 
 
@@ -256,6 +258,7 @@ def _follower(broker: Broker, registrar: Registrar | None) -> Follower:
         broker.storage,
         broker.topics,
         master,
+        ReplicaMetadata(broker.topics, broker.groups, broker.store.offsets),
         broker_name=config.broker_name,
         broker_id=config.broker_id,
         epochs=_epochs(broker, 0),

@@ -71,6 +71,23 @@ class SubscriptionGroupManager:
         ``GET_ALL_SUBSCRIPTIONGROUP_CONFIG`` answers, and what is persisted)."""
         return SubscriptionGroupWrapper(dict(self._groups), dict(self._forbidden), self._version)
 
+    def mirror(self, master: SubscriptionGroupWrapper) -> bool:
+        """Make the groups and the forbidden table the master's (a replica, docs/design.md
+        §13); persisted only when something changed. Returns whether it changed.
+
+        Raises:
+            IllegalNameError: a group name in ``master`` is illegal (nothing changed).
+        """
+        for group in master.subscription_group_table:
+            validate_group(group)
+        groups = dict(master.subscription_group_table)
+        forbidden = dict(master.forbidden_table)
+        if groups == self._groups and forbidden == self._forbidden:
+            return False
+        self._groups, self._forbidden = groups, forbidden
+        self._persist()
+        return True
+
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's configuration, or None."""
         return self._groups.get(group)

@@ -9,7 +9,7 @@ when ``auto_create_topic`` is on, as a RocketMQ broker with ``autoCreateTopicEna
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from broker.clock import SYSTEM_CLOCK, Clock
@@ -104,6 +104,22 @@ class TopicManager:
         self._topics[config.topic_name] = config
         self._persist()
         return config
+
+    def mirror(self, table: Mapping[str, TopicConfig]) -> bool:
+        """Make the table the master's ``table`` (a replica, docs/design.md §13): topics it
+        lacks are removed, the rest replaced; persisted only when something changed.
+        Returns whether it changed.
+
+        Raises:
+            IllegalNameError: a name in ``table`` breaks RocketMQ's rules (nothing changed).
+        """
+        for name in table:
+            validate_topic(name)
+        if dict(table) == self._topics:
+            return False
+        self._topics = dict(table)
+        self._persist()
+        return True
 
     def delete(self, name: str) -> bool:
         """Remove a topic; True if it existed."""

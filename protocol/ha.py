@@ -21,6 +21,11 @@ Master → replica:
   is refused before it is appended. ``length`` 0 is a heartbeat.
 * ``REFUSED``: ``kind u8 | reason_len u16 | reason`` — the master will not serve this
   replica (another group, a log ahead of the master's); it closes the connection after.
+* ``META``: ``kind u8 | epoch u64 | table u8 | length u32 | crc32 u32 | bytes`` — a whole
+  snapshot of one metadata table as the master persists it (RocketMQ's SlaveSynchronize,
+  over the HA link instead of admin requests): ``META_TOPICS`` (``topics.json``),
+  ``META_GROUPS`` (``subscriptionGroup.json``), ``META_OFFSETS`` (``consumerOffset.json``).
+  A table id the replica does not know is passed on (a newer master); the caller skips it.
 
 The replica refuses a batch from an epoch older than the one it has accepted (a deposed
 master still streaming); a newer epoch is accepted and remembered by the caller.
@@ -40,14 +45,22 @@ HELLO: Final = 0x01
 REPORT: Final = 0x02
 BATCH: Final = 0x11
 REFUSED: Final = 0x12
+META: Final = 0x13
+#: ``META`` tables.
+META_TOPICS: Final = 1
+META_GROUPS: Final = 2
+META_OFFSETS: Final = 3
 #: The largest batch a peer accepts: a bound on what one frame can make the reader buffer.
 MAX_BATCH: Final = 8 * 1024 * 1024
 MAX_NAME: Final = 1024
+#: The largest metadata snapshot a replica accepts (an offset table of ~10⁶ queues).
+MAX_META: Final = 64 * 1024 * 1024
 
 _HELLO = struct.Struct(">BHIQH")
 _REPORT = struct.Struct(">BQ")
 _BATCH = struct.Struct(">BQQQII")
 _REFUSED = struct.Struct(">BH")
+_META = struct.Struct(">BQBII")
 
 
 class HaProtocolError(ProtocolError):
@@ -91,8 +104,17 @@ class Refused:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Meta:
+    """A snapshot of one of the master's metadata tables (``META_*``)."""
+
+    epoch: int
+    table: int
+    data: bytes
+
+
 ToMaster = Hello | Report
-ToReplica = Batch | Refused
+ToReplica = Batch | Refused | Meta
 
 
 def encode_hello(hello: Hello) -> bytes:
@@ -114,6 +136,13 @@ def encode_batch(epoch: int, offset: int, master_end: int, data: bytes) -> bytes
         raise ValueError(f"a batch of {len(data)} bytes exceeds {MAX_BATCH}")
     crc = zlib.crc32(data)
     return _BATCH.pack(BATCH, epoch, offset, master_end, len(data), crc) + data
+
+
+def encode_meta(epoch: int, table: int, data: bytes) -> bytes:
+    """A ``META`` frame."""
+    if len(data) > MAX_META:
+        raise ValueError(f"a metadata snapshot of {len(data)} bytes exceeds {MAX_META}")
+    return _META.pack(META, epoch, table, len(data), zlib.crc32(data)) + data
 
 
 def encode_refused(reason: str) -> bytes:
@@ -248,11 +277,37 @@ class ReplicaSide:
         reader.feed(data)
         events: list[ToReplica] = []
         while (kind := reader.peek_kind()) is not None:
-            event = self._batch() if kind == BATCH else self._refused(kind)
+            event = self._frame(kind)
             if event is None:
                 break
             events.append(event)
         return events
+
+    def _frame(self, kind: int) -> ToReplica | None:
+        if kind == BATCH:
+            return self._batch()
+        if kind == META:
+            return self._meta()
+        return self._refused(kind)
+
+    def _meta(self) -> Meta | None:
+        reader = self._reader
+        head = reader.unpack(_META)
+        if head is None:
+            return None
+        _, epoch, table, length, crc = head
+        if length > MAX_META:
+            raise reader.fail(f"a metadata snapshot of {length} bytes exceeds {MAX_META}")
+        if reader.available() < _META.size + length:
+            return None
+        reader.take(_META.size)
+        data = reader.take(length)
+        if zlib.crc32(data) != crc:
+            raise reader.fail(f"metadata table {table}: CRC mismatch")
+        if epoch < self.min_epoch:
+            raise reader.fail(f"metadata from epoch {epoch}, older than {self.min_epoch}")
+        self.min_epoch = epoch
+        return Meta(epoch, table, data)
 
     def _batch(self) -> Batch | None:
         reader = self._reader

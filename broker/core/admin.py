@@ -122,8 +122,8 @@ class AdminService:
         self._offload = offload
 
     def _refuse_on_replica(self) -> None:
-        """A replica's topics and groups are its master's business: admin writes go there
-        (docs/design.md §13; replicating them is not built yet).
+        """A replica's topics and groups are its master's business: admin writes go there,
+        and the master's tables reach the replica over the HA link (docs/design.md §13).
 
         Raises:
             BrokerError: ``SERVICE_NOT_AVAILABLE`` on a replica.

@@ -12,6 +12,9 @@ batches of at most ``batch_bytes``, up to ``MessageStore.replicable_end``. When 
 up it waits on :class:`LogGrowth`, which the store signals on every append (ASYNC) or fsync
 (SYNC): no polling. An idle link carries a heartbeat (an empty batch) every
 ``heartbeat_s``; a replica silent for ``idle_s`` is dropped (RocketMQ: 5 s and 20 s).
+A third task sends the metadata a promoted replica needs (topics, groups, offsets:
+:mod:`broker.ha.metadata`) at once and then whenever it changed, checked every
+``meta_interval_s``; the two senders share the stream through a lock.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from functools import partial
 import trio
 
 from broker.ha.acks import Replica, ReplicaSet
+from broker.ha.metadata import TABLES, MasterMetadata
 from broker.logs import get_logger
 from broker.store.api import StoreError
 from broker.store.store import MessageStore
@@ -32,6 +36,7 @@ from protocol.ha import (
     MasterSide,
     Report,
     encode_batch,
+    encode_meta,
     encode_refused,
 )
 
@@ -50,6 +55,8 @@ class HaSettings:
     idle_s: float = 20.0
     #: A new connection must introduce itself within this.
     handshake_s: float = 10.0
+    #: How often the master checks its metadata for changes to send (RocketMQ: 3 s).
+    meta_interval_s: float = 3.0
 
 
 class LogGrowth:
@@ -83,6 +90,21 @@ class MasterLink:
     broker_name: str
     epoch: int
     settings: HaSettings
+    #: Topics, groups and offsets, sent to every replica (RocketMQ's SlaveSynchronize).
+    metadata: MasterMetadata
+
+
+class _Sender:
+    """One stream, two sending tasks (log and metadata): a trio stream takes one
+    ``send_all`` at a time."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self._stream = stream
+        self._lock = trio.Lock()
+
+    async def send(self, frame: bytes) -> None:
+        async with self._lock:
+            await self._stream.send_all(frame)
 
 
 async def serve_ha_master(
@@ -118,15 +140,16 @@ async def _serve_replica(link: MasterLink, stream: trio.SocketStream) -> None:
         replica = link.replicas.connected(hello.broker_id, peer, start)
         _log.info("replica connected", peer=peer, broker_id=hello.broker_id, offset=start)
         ended: list[str] = []
+        sender = _Sender(stream)
         try:
             async with trio.open_nursery() as nursery:
                 done = nursery.cancel_scope
-                nursery.start_soon(
-                    _until_broken, partial(_read_reports, link, stream, side, replica), done, ended
-                )
-                nursery.start_soon(
-                    _until_broken, partial(_stream_log, link, stream, start), done, ended
-                )
+                for task in (
+                    partial(_read_reports, link, stream, side, replica),
+                    partial(_stream_log, link, sender, start),
+                    partial(_stream_metadata, link, sender),
+                ):
+                    nursery.start_soon(_until_broken, task, done, ended)
         finally:
             link.replicas.disconnected(replica)
             _log.info("replica disconnected", peer=peer, broker_id=hello.broker_id,
@@ -198,7 +221,7 @@ async def _read_reports(
                 link.replicas.acked(replica, event.offset)
 
 
-async def _stream_log(link: MasterLink, stream: trio.SocketStream, pos: int) -> None:
+async def _stream_log(link: MasterLink, sender: _Sender, pos: int) -> None:
     """Send the log from ``pos`` for ever: a batch whenever there are bytes, else wait for
     growth, with a heartbeat when idle."""
     store, settings = link.store, link.settings
@@ -207,13 +230,27 @@ async def _stream_log(link: MasterLink, stream: trio.SocketStream, pos: int) -> 
         end = store.replicable_end
         if pos < end:
             data = store.log_bytes(pos, settings.batch_bytes)
-            await stream.send_all(encode_batch(link.epoch, pos, end, data))
+            await sender.send(encode_batch(link.epoch, pos, end, data))
             pos += len(data)
             continue
         with trio.move_on_after(settings.heartbeat_s):
             await grown.wait()
             continue
-        await stream.send_all(encode_batch(link.epoch, pos, end, b""))
+        await sender.send(encode_batch(link.epoch, pos, end, b""))
+
+
+async def _stream_metadata(link: MasterLink, sender: _Sender) -> None:
+    """Send each metadata table at once, then again whenever its version moved (checked
+    every ``meta_interval_s``: offsets change with every commit, so a snapshot per change
+    would cost more than the log itself)."""
+    metadata, sent = link.metadata, dict[int, object]()
+    while True:
+        for table in TABLES:
+            version = metadata.version(table)  # before the snapshot: a change after it resends
+            if table not in sent or sent[table] != version:
+                await sender.send(encode_meta(link.epoch, table, metadata.snapshot(table)))
+                sent[table] = version
+        await trio.sleep(link.settings.meta_interval_s)
 
 
 async def _send_quietly(stream: trio.SocketStream, data: bytes) -> None:

@@ -10,7 +10,9 @@ the replica's flush mode makes it. The local log only ever holds whole records
 a replica that restarts reports its log end and is sent the rest from there.
 
 A stream from an epoch older than the newest this replica accepted is refused (the
-connection is dropped); a newer epoch is remembered (:class:`EpochFile`).
+connection is dropped); a newer epoch is remembered (:class:`EpochFile`). Metadata snapshots
+(topics, groups, offsets) on the same stream are applied through
+:class:`~broker.ha.metadata.ReplicaMetadata`.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ import trio
 
 from broker.ha.epoch import EpochFile
 from broker.ha.master import HaSettings
+from broker.ha.metadata import ReplicaMetadata
 from broker.logs import get_logger
 from broker.storage import Storage
 from broker.store.api import FlushMode, StoreError
 from broker.topics import TopicManager
 from protocol.errors import ProtocolError
-from protocol.ha import Batch, Hello, Refused, ReplicaSide, encode_hello, encode_report
+from protocol.ha import Batch, Hello, Meta, Refused, ReplicaSide, encode_hello, encode_report
 
 _log = get_logger("ha.replica")
 
@@ -48,6 +51,9 @@ class FollowerStatistics:
     #: The master's log end as of its last batch (lag = master_end - offset).
     master_end: int
     epoch: int
+    #: Metadata snapshots applied (topics, groups, offsets) and skipped (unreadable).
+    meta_applied: int
+    meta_skipped: int
     connects: int
     #: Links that ended (broken, refused, timed out).
     disconnects: int
@@ -77,6 +83,7 @@ class Follower:
         storage: Storage,
         topics: TopicManager,
         master: MasterAddress,
+        metadata: ReplicaMetadata,
         *,
         broker_name: str,
         broker_id: int,
@@ -86,6 +93,7 @@ class Follower:
     ) -> None:
         self.storage = storage
         self.topics = topics
+        self.metadata = metadata
         self._queues_known = -1
         self.master = master
         self.broker_name = broker_name
@@ -119,6 +127,8 @@ class Follower:
             offset=self.storage.store.log.end,
             master_end=self._master_end,
             epoch=self.epochs.current,
+            meta_applied=self.metadata.applied,
+            meta_skipped=self.metadata.skipped,
             connects=self._connects,
             disconnects=self._disconnects,
             last_error=self._last_error,
@@ -179,7 +189,10 @@ class Follower:
                     if isinstance(event, Refused):
                         raise _LinkEnded(f"refused by the master: {event.reason}")
                     heard = True
-                    streamed |= self._apply(event, pending)
+                    if isinstance(event, Meta):
+                        self._apply_metadata(event)
+                    else:
+                        streamed |= self._apply(event, pending)
                 sync = store.config.flush_mode is FlushMode.SYNC
                 if sync and not await self.storage.wait_durable(store.log.end):
                     raise _LinkEnded("fsync failed")
@@ -204,13 +217,21 @@ class Follower:
             self._change()
         return True
 
+    def _apply_metadata(self, meta: Meta) -> None:
+        self.epochs.raise_to(meta.epoch)
+        self.metadata.apply(meta.table, meta.data)
+        self._change()
+
     def _learn_topics(self) -> None:
-        """Topic configs are not replicated yet: a topic whose records arrive gets the
-        queues they name, at least ``min_queues`` (default permissions), so that pulls of
-        its queues are served (a queue the master has but no record named yet is empty)."""
+        """The master's topic configs arrive every few seconds: meanwhile a topic whose
+        records arrive gets the queues they name — a topic not known yet at least
+        ``min_queues`` (default permissions) — so that pulls of its queues are served at
+        once (the next snapshot replaces it with the master's config). A known topic keeps
+        its (the master's) queue counts unless a record names a queue past them."""
         store = self.storage.store
         if store.queue_count == self._queues_known:
             return
         for topic, queue_ids in store.topics().items():
-            self.topics.ensure_queues(topic, max(max(queue_ids) + 1, self.min_queues))
+            least = 0 if self.topics.get(topic) is not None else self.min_queues
+            self.topics.ensure_queues(topic, max(max(queue_ids) + 1, least))
         self._queues_known = store.queue_count

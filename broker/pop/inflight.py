@@ -169,10 +169,26 @@ class InflightTable:
         self._seq = itertools.count()
         self.acked_count = 0
         self.revived_count = 0
+        #: Grows with every journaled change (what a replica's copy of offsets watches).
+        self.changes = 0
+
+    def _op(self, op: Op) -> None:
+        self.changes += 1
+        self.on_op(op)
 
     # ------------------------------------------------------------------ queries
     def __len__(self) -> int:
         return len(self.leases)
+
+    def lowest_in_flight(self) -> dict[QueueRef, int]:
+        """The smallest offset still in flight per (group, topic, queue) (what a replica's
+        copy of the consumer offsets must not pass: docs/design.md §13)."""
+        lowest: dict[QueueRef, int] = {}
+        for group, topic, queue_id, offset in self.leases:
+            ref = (group, topic, queue_id)
+            if offset < lowest.get(ref, offset + 1):
+                lowest[ref] = offset
+        return lowest
 
     def cursor(self, group: str, topic: str, queue_id: int) -> int | None:
         """Where the next pop of this queue starts, if the group ever popped it."""
@@ -210,7 +226,7 @@ class InflightTable:
     # ------------------------------------------------------------------ moves
     def set_cursor(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Move a pop cursor (first pop of a queue, or an offset fixed after retention)."""
-        self.on_op(["cur", group, topic, queue_id, offset])
+        self._op(["cur", group, topic, queue_id, offset])
         self._apply_cursor(group, topic, queue_id, offset)
 
     def popped(
@@ -222,7 +238,7 @@ class InflightTable:
     ) -> None:
         """Record a pop: its leases, the queue cursor after it (``(group, topic, queue,
         next offset)``) and, for an orderly pop, the lock it takes."""
-        self.on_op(
+        self._op(
             [
                 "pop",
                 [lease.to_list() for lease in leases],
@@ -236,7 +252,7 @@ class InflightTable:
         """Acknowledge the message the receipt ``(key, pop_time)`` names."""
         outcome = self._check(key, pop_time, now_ms)
         if outcome is Outcome.OK:
-            self.on_op(["ack", *key])
+            self._op(["ack", *key])
             self._apply_ack(key)
         return outcome
 
@@ -245,7 +261,7 @@ class InflightTable:
         outcomes = [self._check(key, pop_time, now_ms) for key, pop_time in receipts]
         done = [key for (key, _), o in zip(receipts, outcomes, strict=True) if o is Outcome.OK]
         if done:
-            self.on_op(["acks", [list(key) for key in done]])
+            self._op(["acks", [list(key) for key in done]])
             for key in done:
                 self._apply_ack(key)
         return outcomes
@@ -261,7 +277,7 @@ class InflightTable:
         if outcome is not Outcome.OK:
             return outcome, None
         stamp = max(now_ms, pop_time + 1)
-        self.on_op(["chg", *key, stamp, invisible_ms])
+        self._op(["chg", *key, stamp, invisible_ms])
         lease = self._apply_change(key, stamp, invisible_ms)
         return outcome, lease
 
@@ -274,7 +290,7 @@ class InflightTable:
         if outcome is not Outcome.OK:
             return outcome
         invisible_ms = max(0, deadline_ms - pop_time)
-        self.on_op(["chg", *key, pop_time, invisible_ms])
+        self._op(["chg", *key, pop_time, invisible_ms])
         self._apply_change(key, pop_time, invisible_ms)
         return outcome
 
@@ -301,7 +317,7 @@ class InflightTable:
             return
         if not lease.order:
             _move(lease.state, Move.REVIVED)
-        self.on_op(["rev", *key])
+        self._op(["rev", *key])
         self._apply_revived(key)
 
     def retry_later(self, key: LeaseKey, at_ms: int) -> None:

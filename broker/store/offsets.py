@@ -22,6 +22,7 @@ fsyncs off its event loop does it in two steps, keeping every table access on it
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
@@ -79,6 +80,30 @@ class ConsumerOffsets:
         if queues.get(queue_id) != offset:
             queues[queue_id] = offset
             self._changes += 1
+
+    def advance_from(self, snapshot: bytes) -> int:
+        """Take every offset of another table's :meth:`snapshot` (the master's, on a
+        replica) that is ahead of this one's; never move one back, so a snapshot that
+        arrives late or from a lagging source cannot replay what consumers passed. Returns
+        how many offsets moved.
+
+        Raises:
+            ValueError: ``snapshot`` is not a valid offsets file (nothing changed).
+        """
+        try:
+            table = _parse(loads_lenient(snapshot))
+        except FieldError as exc:
+            raise ValueError(str(exc)) from None
+        moved = 0
+        for key, queues in table.items():
+            mine = self._table.setdefault(key, {})
+            for queue_id, offset in queues.items():
+                if offset > mine.get(queue_id, -1):
+                    mine[queue_id] = offset
+                    moved += 1
+        if moved:
+            self._changes += 1
+        return moved
 
     def remove_group(self, group: str) -> None:
         """Forget every offset of ``group`` (the group was deleted)."""
@@ -149,11 +174,15 @@ class ConsumerOffsets:
         """A counter that grows with every change; pass it to :meth:`mark_persisted`."""
         return self._changes
 
-    def snapshot(self) -> bytes:
-        """The file content for the current table (standard JSON, deterministic order)."""
+    def snapshot(self, caps: Mapping[tuple[str, str, int], int] | None = None) -> bytes:
+        """The file content for the current table (standard JSON, deterministic order);
+        with ``caps`` ((group, topic, queue id) → offset), each offset at most its cap (a
+        replica's copy must not pass what is still in flight)."""
+        limit = caps or {}
         offset_table = {
             f"{topic}{TOPIC_GROUP_SEPARATOR}{group}": {
-                str(qid): queues[qid] for qid in sorted(queues)
+                str(qid): min(queues[qid], limit.get((group, topic, qid), queues[qid]))
+                for qid in sorted(queues)
             }
             for (topic, group), queues in sorted(self._table.items())
             if queues  # a pair whose queues were all cleared is not worth a line

@@ -271,3 +271,20 @@ def test_round_trip_through_persist_and_load(
             assert reloaded.groups_of(topic) == offsets.groups_of(topic)
             assert reloaded.topics_of(group) == offsets.topics_of(group)
         assert reloaded.snapshot() == offsets.snapshot()
+
+
+def test_advance_from_takes_only_offsets_ahead_and_never_moves_one_back(tmp_path: Path) -> None:
+    master = ConsumerOffsets(tmp_path / "master.json")
+    master.commit("g", "T", 0, 10)
+    master.commit("g", "T", 1, 2)
+    master.commit("h", "U", 3, 7)
+    replica = ConsumerOffsets(tmp_path / "replica.json")
+    replica.commit("g", "T", 1, 5)  # ahead of the master's (a snapshot from before)
+    assert replica.advance_from(master.snapshot()) == 2
+    assert replica.table("g", "T") == {0: 10, 1: 5}
+    assert replica.query("h", "U", 3) == 7
+    assert replica.dirty
+    assert replica.advance_from(master.snapshot()) == 0
+    with pytest.raises(ValueError, match="no-separator"):
+        replica.advance_from(b'{"offsetTable":{"no-separator":{}}}')
+    assert replica.table("g", "T") == {0: 10, 1: 5}
