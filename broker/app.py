@@ -23,7 +23,6 @@ from broker.config import BrokerConfig
 from broker.core.broker import Broker, BrokerStatistics, open_broker
 from broker.grpc.server import GrpcLimits, GrpcServerState, GrpcStatistics, serve_grpc
 from broker.grpc.service import GrpcEndpoint, build_service
-from broker.ha.epoch import FIRST_EPOCH, EpochFile
 from broker.ha.master import HaSettings, LogGrowth, MasterLink, serve_ha_master
 from broker.ha.metadata import MasterMetadata, ReplicaMetadata
 from broker.ha.replica import Follower
@@ -192,7 +191,7 @@ async def serve_broker(
                     front.start_soon(registrar.run)
                 follower = _follower(broker, registrar) if config.is_replica else None
                 if follower is not None:
-                    await front.start(follower.run)
+                    await front.start(_follow_until_promoted, follower, broker)
                 _log.info("broker started", address=broker.address, port=port,
                           grpc_port=grpc_port, data_dir=str(config.data_dir),
                           flush=config.flush, namesrv_addr=config.namesrv_addr,
@@ -202,6 +201,8 @@ async def serve_broker(
                     port, broker.address, ctx, stop, stopped, registrar, prometheus_port,
                     grpc_port, grpc_state, ha_port, follower,
                 )  # fmt: skip
+                if follower is not None:
+                    front.start_soon(_serve_once_promoted, handle, registrar)
                 task_status.started(handle)
                 await stop.wait()
                 # The one stop path: leave the name servers' routes, answer parked polls,
@@ -225,10 +226,6 @@ def _ha_port(config: BrokerConfig, port: int) -> int:
     return port + 1 if config.port else 0
 
 
-def _epochs(broker: Broker, default: int) -> EpochFile:
-    return EpochFile(broker.config.data_dir / "config" / "haEpoch", default)
-
-
 def _master_link(broker: Broker) -> MasterLink:
     """What the HA port's connections share (docs/design.md §13)."""
     return MasterLink(
@@ -236,7 +233,7 @@ def _master_link(broker: Broker) -> MasterLink:
         broker.replicas,
         LogGrowth(),
         broker.config.broker_name,
-        _epochs(broker, FIRST_EPOCH).current,
+        broker.roles.epochs.current,
         HaSettings(),
         MasterMetadata(broker.topics, broker.groups, broker.store.offsets, broker.pop.table),
     )
@@ -261,10 +258,43 @@ def _follower(broker: Broker, registrar: Registrar | None) -> Follower:
         ReplicaMetadata(broker.topics, broker.groups, broker.store.offsets),
         broker_name=config.broker_name,
         broker_id=config.broker_id,
-        epochs=_epochs(broker, 0),
+        epochs=broker.roles.epochs,
         settings=HaSettings(),
         min_queues=config.default_queue_nums,
     )
+
+
+async def _follow_until_promoted(
+    follower: Follower, broker: Broker, *, task_status: trio.TaskStatus[None]
+) -> None:
+    """Follow the master until this replica is promoted (docs/design.md §13)."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(follower.run)
+        task_status.started()
+        await broker.roles.promoted.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def _serve_once_promoted(handle: BrokerHandle, registrar: Registrar | None) -> None:
+    """Once a replica is promoted: serve its group's HA port under the new epoch, and
+    register as brokerId 0 with that HA address (replicas of the group find it there)."""
+    broker = handle.broker
+    await broker.roles.promoted.wait()
+    config = broker.config
+    try:
+        listeners = await trio.open_tcp_listeners(_ha_port(config, handle.port), host=config.host)
+    except OSError as exc:  # still a master: its producers and consumers are served
+        _log.error("promoted, but no HA port: no replica can follow", error=str(exc))
+        listeners = []
+    ha_address = None
+    if listeners:
+        handle.ha_port = listeners[0].socket.getsockname()[1]
+        ha_address = f"{broker.address.rpartition(':')[0]}:{handle.ha_port}"
+    if registrar is not None:
+        registrar.promoted(ha_address)
+    _log.warning("serving as master", epoch=broker.roles.epochs.current, ha_port=handle.ha_port)
+    if listeners:
+        await serve_ha_master(_master_link(broker), listeners)
 
 
 def _utc(clock: Clock) -> datetime.datetime:

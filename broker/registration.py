@@ -143,6 +143,8 @@ class Registrar:
         ha_address: str | None = None,
     ) -> None:
         self.config = config
+        #: The id registered under (0 once a replica is promoted: :meth:`promoted`).
+        self.broker_id = config.broker_id
         #: ``host:port`` of a master's HA port, put into its registration's
         #: ``haServerAddr`` (the name servers hand it to the group's replicas).
         self.ha_address = ha_address
@@ -163,6 +165,13 @@ class Registrar:
         self._stopped = trio.Event()
         self._loops = trio.CancelScope()
         self._tls = client_context(config.namesrv_tls_ca) if config.namesrv_tls else None
+
+    def promoted(self, ha_address: str | None) -> None:
+        """This replica became its group's master: register as brokerId 0 now, with its
+        HA address (the name servers then drop its replica entry: one address, one id)."""
+        self.broker_id = 0
+        self.ha_address = ha_address
+        self.poke()
 
     def poke(self) -> None:
         """Register again now with every name server (a topic changed)."""
@@ -214,7 +223,7 @@ class Registrar:
             broker_addr=self.address,
             cluster_name=self.config.cluster,
             ha_server_addr=self.ha_address or self.address,
-            broker_id=self.config.broker_id,
+            broker_id=self.broker_id,
             compressed=False,
             body_crc32=body_crc32(body),
         )
@@ -250,7 +259,7 @@ class Registrar:
         """A replica's registration is answered with its master's addresses (none while
         the group has no master registered)."""
         answer = RegisterBrokerResponseHeader.from_ext(reply.ext_fields)
-        if self.config.broker_id == 0 or not answer.ha_server_addr:
+        if self.broker_id == 0 or not answer.ha_server_addr:
             return
         if answer.ha_server_addr != self.master_ha_address:
             _log.info("master HA address", address=answer.ha_server_addr)
@@ -279,7 +288,7 @@ class Registrar:
             broker_name=self.config.broker_name,
             broker_addr=self.address,
             cluster_name=self.config.cluster,
-            broker_id=self.config.broker_id,
+            broker_id=self.broker_id,
         )
         cmd = request(RequestCode.UNREGISTER_BROKER, 0, header.to_ext())
         timeout = min(self.config.register_timeout_s, STOP_GRACE_S)

@@ -109,6 +109,17 @@ class TimerService:
         for queue_id in range(SCHEDULE_QUEUES):
             self._schedule_queue(queue_id)
 
+    def adopt_log(self) -> None:
+        """A promoted replica takes over the delayed messages its old master streamed
+        (timer progress is not replicated): start afresh, mark every copy the log shows
+        delivered (their ``TIMER_SRC`` markers), schedule the rest. Scans the whole log on
+        the calling thread — promotion is rare and manual."""
+        self.schedule = Schedule()
+        self._mark_copies_since(self.store.log.min_offset)
+        for queue_id in range(SCHEDULE_QUEUES):
+            self._schedule_queue(queue_id)
+        self.poke()
+
     def _mark_copies_since(self, start: int) -> None:
         for msg in self.store.messages_since(start):
             props = msg.properties

@@ -138,6 +138,10 @@ class RequestCode(IntEnum):
     NOTIFICATION = 200054
     POLLING_INFO = 200055
     BATCH_ACK_MESSAGE = 200151
+    #: trimq's own codes live at 900000 and above, far from RocketMQ's (which stop near
+    #: 200200): a future RocketMQ code cannot collide with them. Admin-only.
+    #: Make a replica the master of its group (``trimq-admin promoteReplica``).
+    PROMOTE_REPLICA = 900001
 
 
 class ResponseCode(IntEnum):

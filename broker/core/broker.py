@@ -20,9 +20,10 @@ closed. Front ends drain their own requests *before* leaving (see
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import trio
 
@@ -33,6 +34,7 @@ from broker.core.clients import ClientRegistry, ClientStatistics
 from broker.core.offsets import OffsetService
 from broker.core.pop import PopService as CorePopService
 from broker.core.pull import PullService
+from broker.core.roles import RoleService
 from broker.core.routes import BrokerIdentity, RouteService
 from broker.core.send import SendPolicy, SendService
 from broker.core.transactions import (
@@ -43,6 +45,7 @@ from broker.core.transactions import (
 from broker.deadlines import DeadlineLoop
 from broker.groups import SubscriptionGroupManager
 from broker.ha.acks import ReplicaSet, ReplicationPolicy, ReplicationStatistics
+from broker.ha.epoch import FIRST_EPOCH, EpochFile
 from broker.locks import RebalanceLocks
 from broker.logs import get_logger
 from broker.longpoll import Arrivals, PullHub, PullHubStatistics
@@ -104,6 +107,8 @@ class Broker:
     routes: RouteService
     #: A master's replicas and their acknowledgements (none connect to a replica).
     replicas: ReplicaSet
+    #: Master or replica, the epoch, and manual promotion.
+    roles: RoleService
     #: Set when the broker stops: front ends answer parked requests and park no more.
     shutting_down: trio.Event
     #: Wall-clock time the broker started, epoch seconds (runtime info).
@@ -187,12 +192,35 @@ def _transaction_policy(config: BrokerConfig) -> TransactionPolicy:
     )
 
 
-def _replication_policy(config: BrokerConfig) -> ReplicationPolicy:
+def _replication_policy(config: BrokerConfig, *, as_master: bool) -> ReplicationPolicy:
     return ReplicationPolicy(
-        sync=config.replication == "sync" and not config.is_replica,
+        sync=config.replication == "sync" and as_master,
         min_insync_replicas=config.min_insync_replicas,
         timeout_s=config.replica_timeout_ms / 1000,
     )
+
+
+def _roles(config: BrokerConfig, store: MessageStore, replicas: ReplicaSet,
+           timers: TimerService) -> RoleService:  # fmt: skip
+    """The broker's role; its epoch in ``config/haEpoch`` (a master that never saw one
+    serves epoch 1; a replica has accepted none until its master's first batch)."""
+    default = 0 if config.is_replica else FIRST_EPOCH
+    return RoleService(
+        store,
+        replicas,
+        EpochFile(config.data_dir / "config" / "haEpoch", default),
+        broker_id=config.broker_id,
+        master_policy=_replication_policy(config, as_master=True),
+        adopt_log=timers.adopt_log,
+    )
+
+
+async def _when_master(roles: RoleService, run: Callable[[], Awaitable[None]]) -> None:
+    """Run the broker's own log writers on a master — on a replica once it is promoted
+    (its log is the master's until then)."""
+    if roles.is_replica:
+        await roles.promoted.wait()
+    await run()
 
 
 def _send_policy(config: BrokerConfig, groups: SubscriptionGroupManager) -> SendPolicy:
@@ -268,7 +296,8 @@ async def open_broker(
     offsets = OffsetService(store, topics, pop)
     address, started_at = config.advertised(port), clock.now_s()
     identity = BrokerIdentity(config.cluster, config.broker_name, address)
-    replicas = ReplicaSet(_replication_policy(config))
+    replicas = ReplicaSet(_replication_policy(config, as_master=not config.is_replica))
+    roles = _roles(config, store, replicas, timers)
     broker = Broker(
         config=config,
         clock=clock,
@@ -303,7 +332,7 @@ async def open_broker(
             shutting_down,
             max_hold_ms=config.suspend_max_ms,
             property_filter=config.enable_property_filter,
-            is_replica=lambda: store.config.replica,
+            is_replica=lambda: roles.is_replica,
         ),
         offsets=offsets,
         admin=AdminService(
@@ -324,6 +353,7 @@ async def open_broker(
             auto_create_queue_nums=config.default_queue_nums if config.auto_create_topic else None,
         ),
         replicas=replicas,
+        roles=roles,
         shutting_down=shutting_down,
         started_at=started_at,
     )
@@ -338,10 +368,8 @@ async def open_broker(
             )
             try:
                 async with trio.open_nursery() as services:
-                    if not config.is_replica:  # they write the log: a replica's is the master's
-                        services.start_soon(
-                            deadlines.run, (timers, pop.revive, pop.renewals, transactions)
-                        )
+                    writers = (timers, pop.revive, pop.renewals, transactions)
+                    services.start_soon(_when_master, roles, partial(deadlines.run, writers))
                     services.start_soon(metrics.run)
                     try:
                         yield broker

@@ -18,6 +18,7 @@ a worker thread, through the explicit ``*_begin`` / ``*_sync`` / ``*_end`` tripl
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping
@@ -190,6 +191,12 @@ class MessageStore:
         for topic, queue_id in sorted(self._queues):
             out.setdefault(topic, []).append(queue_id)
         return out
+
+    def promote(self) -> None:
+        """This replica's store becomes a master's: it takes puts from now on and no
+        replicated bytes (docs/design.md §13, manual promotion). Its log ends on a record
+        boundary (``append_replicated`` keeps only whole records), so puts continue it."""
+        self.config = dataclasses.replace(self.config, replica=False)
 
     # ------------------------------------------------------------------ put
     def put_nowait(self, msg: MessageToStore) -> PutResult:

@@ -1,5 +1,6 @@
 """Cluster and broker commands: ``clusterList`` and ``brokerStatus`` (mqadmin's
-``tools/command/cluster`` and ``broker``), both built on GET_BROKER_RUNTIME_INFO."""
+``tools/command/cluster`` and ``broker``), both built on GET_BROKER_RUNTIME_INFO; and
+trimq's own ``promoteReplica`` (PROMOTE_REPLICA, admin-only: docs/design.md §13)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group.add_argument("-b", "--brokerAddr")
     group.add_argument("-c", "--clusterName")
     p.set_defaults(run=broker_status)
+
+    p = sub.add_parser(
+        "promoteReplica",
+        help="make a replica its group's master (trimq; stop or fence the old master first)",
+    )
+    p.add_argument("-b", "--brokerAddr", required=True, help="the replica's HOST:PORT")
+    p.set_defaults(run=promote_replica)
 
 
 async def runtime_info(admin: Admin, address: str) -> dict[str, str]:
@@ -96,3 +104,11 @@ async def broker_status(admin: Admin, args: argparse.Namespace) -> Result:
         doc[ref.address] = info
         lines += (f"{ref.address:<24} {k:<32}: {v}" for k, v in sorted(info.items()))
     return Result(doc, "\n".join(lines))
+
+
+async def promote_replica(admin: Admin, args: argparse.Namespace) -> Result:
+    """Promote the replica at ``-b``; prints its new epoch."""
+    reply = await admin.broker(args.brokerAddr, admin.request(RequestCode.PROMOTE_REPLICA))
+    epoch = int(reply.ext_fields.get("epoch", "0"))
+    doc = {"brokerAddr": args.brokerAddr, "epoch": epoch}
+    return Result(doc, f"{args.brokerAddr} is now the master of its group, epoch {epoch}")

@@ -105,6 +105,7 @@ ADMIN_CODES = frozenset(
         RequestCode.TRIGGER_DELETE_FILES,
         RequestCode.DELETE_TOPIC_IN_NAMESRV,
         RequestCode.REGISTER_TOPIC_IN_NAMESRV,
+        RequestCode.PROMOTE_REPLICA,
     }
 )
 

@@ -18,8 +18,8 @@ header annotations):
 - admin requests (:data:`ADMIN_TARGETS`): creating a topic needs Create on it, deleting it
   Delete; creating or updating a subscription group Create on the group, deleting it Delete;
   resetting offsets Update on the group and the topic; the rest (broker configuration, write
-  permission, file deletion, the name servers' topic registry, and the list forms whose
-  resources are in a body) need an action on ``Cluster:*``;
+  permission, file deletion, promotion of a replica, the name servers' topic registry, and
+  the list forms whose resources are in a body) need an action on ``Cluster:*``;
 - a send whose only resource is ``RMQ_SYS_TRACE_TOPIC`` passes once signed (ACL 1.0's rule);
 - a request naming no resource (route queries, offsets lookups, statistics) needs only a valid
   signature.
@@ -108,6 +108,7 @@ ADMIN_TARGETS: Mapping[int, tuple[AdminTarget, ...]] = MappingProxyType(
         RequestCode.TRIGGER_DELETE_FILES: (AdminTarget(_CLUSTER, "", Action.UPDATE),),
         RequestCode.DELETE_TOPIC_IN_NAMESRV: (AdminTarget(_CLUSTER, "", Action.UPDATE),),
         RequestCode.REGISTER_TOPIC_IN_NAMESRV: (AdminTarget(_CLUSTER, "", Action.UPDATE),),
+        RequestCode.PROMOTE_REPLICA: (AdminTarget(_CLUSTER, "", Action.UPDATE),),
     }
 )
 

@@ -65,6 +65,7 @@ TABLE: tuple[Entry, ...] = (
     Entry((RequestCode.GET_BROKER_RUNTIME_INFO,), cluster.broker_runtime_info),
     Entry((RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,), cluster.reset_offset),
     Entry((RequestCode.GET_ALL_CONSUMER_OFFSET,), cluster.all_consumer_offsets),
+    Entry((RequestCode.PROMOTE_REPLICA,), cluster.promote_replica),
     Entry((RequestCode.LOCK_BATCH_MQ,), lock.lock_batch),
     Entry((RequestCode.UNLOCK_BATCH_MQ,), lock.unlock_batch),
     Entry((RequestCode.QUERY_CONSUMER_OFFSET,), offsets.query_consumer_offset),

@@ -11,7 +11,7 @@ servers for the whole cluster.
 
 Broker-side admin codes: GET_BROKER_RUNTIME_INFO (28), INVOKE_BROKER_TO_RESET_OFFSET (222)
 and GET_ALL_CONSUMER_OFFSET (43, which mqadmin-like tools use to list the groups a broker
-knows).
+knows); and trimq's own PROMOTE_REPLICA (900001, admin-only: ``trimq-admin promoteReplica``).
 """
 
 from __future__ import annotations
@@ -81,3 +81,14 @@ async def all_consumer_offsets(
     """Every group's committed offsets on every topic of this broker."""
     table = ctx.broker.admin.all_consumer_offsets()
     return cmd.response(body=ConsumerOffsetSerializeWrapper(table).to_json())
+
+
+async def promote_replica(
+    ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
+) -> RemotingCommand:
+    """Make this replica its group's master (:meth:`broker.core.roles.RoleService.promote`);
+    the answer carries the new epoch (ext field ``epoch``)."""
+    epoch = ctx.broker.roles.promote()
+    return cmd.response(
+        remark=f"promoted to master, epoch {epoch}", ext_fields={"epoch": str(epoch)}
+    )

@@ -3,7 +3,7 @@ replica's progress (never on time), the log as bytes, sends with their answers."
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -84,12 +84,15 @@ def log_image(store: MessageStore) -> bytes:
     return b"".join(parts)
 
 
-def send_command(topic: str, key: str, body: bytes, queue_id: int = 0) -> RemotingCommand:
-    """SEND_MESSAGE_V2 of one message with UNIQ_KEY ``key``."""
+def send_command(
+    topic: str, key: str, body: bytes, queue_id: int = 0, extra: Mapping[str, str] | None = None
+) -> RemotingCommand:
+    """SEND_MESSAGE_V2 of one message with UNIQ_KEY ``key`` (and ``extra`` properties)."""
+    properties = encode_properties({UNIQ_KEY: key, **(extra or {})})
     header = SendMessageRequestHeader(
         producer_group="ha_producer", topic=topic, default_topic="TBW102",
         default_topic_queue_nums=4, queue_id=queue_id, sys_flag=0,
-        born_timestamp=1_700_000_000_000, flag=0, properties=encode_properties({UNIQ_KEY: key}),
+        born_timestamp=1_700_000_000_000, flag=0, properties=properties,
     )  # fmt: skip
     return request(RequestCode.SEND_MESSAGE_V2, 0, send_header_to_v2_ext(header), body)
 
@@ -108,6 +111,11 @@ def batch_command(topic: str, keys: list[str], queue_id: int = 0) -> RemotingCom
 
 
 async def send(
-    client: BrokerClient, topic: str, key: str, body: bytes, queue_id: int = 0
+    client: BrokerClient,
+    topic: str,
+    key: str,
+    body: bytes,
+    queue_id: int = 0,
+    extra: Mapping[str, str] | None = None,
 ) -> RemotingCommand:
-    return await client.request(send_command(topic, key, body, queue_id))
+    return await client.request(send_command(topic, key, body, queue_id, extra))

@@ -1,0 +1,99 @@
+"""A broker's role in its group — master or replica — and manual promotion (docs/design.md
+§13; RocketMQ 5's controller makes the same switch: ``ReplicasManager.changeToMaster``).
+
+A replica becomes its group's master once, on an operator's request (``trimq-admin
+promoteReplica``); never back (a deposed master is restarted as a replica). The switch is
+one synchronous step on the trio thread, so no request sees half of it: the epoch is
+raised and made durable first (``config/haEpoch``: whatever streams under an older epoch
+is refused by the group's replicas from then on), then the store takes puts, sync
+replication (if configured) counts this broker's own replicas, the timer service adopts the
+delayed messages the old master streamed, and :attr:`RoleService.promoted` is set — the
+front end then stops following, serves an HA port and registers as brokerId 0, and the
+broker's own log writers (timers, revives, transaction check-backs) start.
+
+What the promoted broker does not have (not replicated yet): the old master's pop leases
+(consumers re-pop from the replicated offsets, which stop at the oldest message in flight),
+transaction bookkeeping; and its log is not truncated to a common point with the old
+master's (a diverged tail stays).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+from broker.ha.acks import ReplicaSet, ReplicationPolicy
+from broker.ha.epoch import EpochFile
+from broker.logs import get_logger
+from broker.store.store import MessageStore
+from protocol.codes import ResponseCode
+from protocol.errors import BrokerError
+
+_log = get_logger("roles")
+
+
+class RoleService:
+    """Master or replica, the epoch, and the one switch between them."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        replicas: ReplicaSet,
+        epochs: EpochFile,
+        *,
+        broker_id: int,
+        master_policy: ReplicationPolicy,
+        adopt_log: Callable[[], None],
+    ) -> None:
+        self.store = store
+        self.replicas = replicas
+        #: The newest epoch this broker accepted (a replica) or serves under (a master).
+        self.epochs = epochs
+        self._broker_id = broker_id
+        #: Sync replication as this broker applies it once it is a master.
+        self.master_policy = master_policy
+        #: Takes over what the old master's log holds for the broker's own writers (the
+        #: timer service's delayed messages).
+        self.adopt_log = adopt_log
+        #: Set once a replica became the master (never on a broker started as master).
+        self.promoted = trio.Event()
+
+    @property
+    def is_replica(self) -> bool:
+        """Whether this broker follows a master now."""
+        return self.store.config.replica
+
+    @property
+    def broker_id(self) -> int:
+        """The id it registers under: 0 once a master."""
+        return self._broker_id
+
+    def promote(self) -> int:
+        """Make this replica the master of its group; returns its new epoch.
+
+        Raises:
+            BrokerError: ``ILLEGAL_OPERATION`` on a master (nothing changes);
+                ``SYSTEM_ERROR`` when the new epoch could not be made durable (still a
+                replica).
+        """
+        if not self.is_replica:
+            raise BrokerError(
+                f"the broker is its group's master already (epoch {self.epochs.current})",
+                code=ResponseCode.ILLEGAL_OPERATION,
+            )
+        epoch = self.epochs.current + 1
+        try:
+            self.epochs.raise_to(epoch)
+        except OSError as exc:
+            raise BrokerError(
+                f"promotion refused: epoch {epoch} could not be stored: {exc}",
+                code=ResponseCode.SYSTEM_ERROR,
+            ) from None
+        self.store.promote()
+        self.replicas.policy = self.master_policy
+        self._broker_id = 0
+        self.adopt_log()
+        self.promoted.set()
+        _log.warning("promoted to master", epoch=epoch, log_end=self.store.log.end)
+        return epoch
