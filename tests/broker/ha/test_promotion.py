@@ -180,3 +180,45 @@ async def test_promotion_is_admin_only_and_a_master_refuses_it(tmp_path: Path) -
             async with open_replica(tmp_path / "r", ha_addr(master)) as replica:
                 await wait_caught_up(master, replica)
                 assert replica.broker.roles.is_replica
+
+
+async def test_another_replica_follows_the_promoted_one_under_the_new_epoch(
+    tmp_path: Path,
+) -> None:
+    """Two replicas behind a name server; the master stops; one replica is promoted. The
+    other learns the new master's HA address from its next registration's reply, follows
+    it under epoch 2 from where its own log ends, and copies what the new master stores."""
+    fast = {"register_interval_s": 0.2}
+    with trio.fail_after(TEST_S):
+        async with open_namesrv() as namesrv, trio.open_nursery() as nursery:
+            ns = f"127.0.0.1:{namesrv.port}"
+            stop_master = trio.Event()
+            master: BrokerHandle = await nursery.start(run_master, tmp_path / "m", ns, stop_master)
+            async with (
+                open_replica(tmp_path / "r1", None, 1, namesrv_addr=ns, **fast) as first,
+                open_replica(tmp_path / "r2", None, 2, namesrv_addr=ns, **fast) as second,
+            ):
+                await wait_replicas(master, 2)
+                async with open_client(master.port) as client:
+                    for i in range(10):
+                        reply = await send(client, TOPIC, f"k{i}", body_for(f"k{i}"), i % QUEUES)
+                        assert reply.code == ResponseCode.SUCCESS, reply.remark
+                await wait_caught_up(master, second)
+                stop_master.set()
+                await wait_for(first, lambda: not follower(first).statistics().connected)
+                assert first.broker.roles.promote() == 2
+                async with open_client(first.port) as client:
+                    for i in range(10, 20):
+                        reply = await send(client, TOPIC, f"k{i}", body_for(f"k{i}"), i % QUEUES)
+                        assert reply.code == ResponseCode.SUCCESS, reply.remark
+                await wait_caught_up(first, second)
+                assert follower(second).statistics().epoch == 2
+                assert second.registrar is not None
+                assert second.registrar.master_ha_address == f"127.0.0.1:{first.ha_port}"
+                async with open_client(second.port) as client:
+                    keys = {
+                        m.properties[UNIQ_KEY]
+                        for q in range(QUEUES)
+                        for m in await pull_queue(client, TOPIC, q)
+                    }
+                assert keys == {f"k{i}" for i in range(20)}
