@@ -24,7 +24,7 @@ from collections.abc import Callable
 import trio
 
 from broker.ha.acks import ReplicaSet, ReplicationPolicy
-from broker.ha.epoch import EpochFile
+from broker.ha.epoch import FIRST_EPOCH, EpochFile
 from broker.logs import get_logger
 from broker.store.store import MessageStore
 from protocol.codes import ResponseCode
@@ -82,7 +82,9 @@ class RoleService:
                 f"the broker is its group's master already (epoch {self.epochs.current})",
                 code=ResponseCode.ILLEGAL_OPERATION,
             )
-        epoch = self.epochs.current + 1
+        # Past the first master's epoch even if no batch ever arrived (a replica that
+        # accepted nothing yet holds 0): a deposed first master must be refused too.
+        epoch = max(self.epochs.current, FIRST_EPOCH) + 1
         try:
             self.epochs.raise_to(epoch)
         except OSError as exc:

@@ -22,6 +22,7 @@ from client.message import Message, SendStatus
 from client.producer import Producer
 from protocol.acl.decide import ADMIN_CODES
 from protocol.codes import RequestCode, ResponseCode
+from protocol.command import request
 from protocol.headers.offsets import QueryConsumerOffsetRequestHeader
 from protocol.properties import TIMER_DELAY_MS, UNIQ_KEY
 from tests.broker.client import open_client
@@ -37,6 +38,7 @@ from tests.broker.ha.support import (
     wait_replicas,
 )
 from tests.broker.ha.test_metadata import GROUP, commit, wait_for
+from tests.broker.test_acl import ACL, expect_refused, signed, write_acl
 from tests.broker.test_restart import body_for, pull_queue
 from tests.namesrv.support import open_namesrv, route_of, wait_until
 
@@ -222,3 +224,20 @@ async def test_another_replica_follows_the_promoted_one_under_the_new_epoch(
                         for m in await pull_queue(client, TOPIC, q)
                     }
                 assert keys == {f"k{i}" for i in range(20)}
+
+
+async def test_under_acl_only_an_admin_may_promote(tmp_path: Path) -> None:
+    acl = write_acl(tmp_path / "plain_acl.yml", ACL)
+    promote = request(RequestCode.PROMOTE_REPLICA, 0, {})
+    with trio.fail_after(TEST_S):
+        async with (
+            open_master(tmp_path / "m") as master,
+            open_replica(tmp_path / "r", ha_addr(master), acl_file=acl) as replica,
+            open_client(replica.port) as client,
+        ):
+            await expect_refused(client, signed(promote, "producer1"), "'producer1' is not admin")
+            assert replica.broker.roles.is_replica
+            reply = await client.request(signed(promote, "admin001"))
+            assert reply.code == ResponseCode.SUCCESS, reply.remark
+            assert reply.ext_fields["epoch"] == "2"
+            assert not replica.broker.roles.is_replica
