@@ -230,6 +230,9 @@ TEST_SETTINGS: Mapping[str, Any] = {
     "segment_size": 1 << 20,
     "max_message_size": 256 * 1024,
     "grpc_port": 0,
+    # And the HA port: its default, the Remoting port + 1, may be taken when a test restarts
+    # a broker on the port it had (any free port was chosen the first time).
+    "ha_port": 0,
     # Writes must not stop because the machine's disk is full (tests inject a probe to
     # check the refusal).
     "disk_full_ratio": 0,
