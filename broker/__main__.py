@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import trio
 
-from broker.app import BrokerHandle, serve_broker
+from broker.app import BrokerHandle, ListenError, serve_broker
 from broker.config import BrokerConfig, ConfigError, build_parser, load
 from broker.logs import configure
 
@@ -38,8 +38,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trimq-broker: {exc}", file=sys.stderr)
         return 2
     configure()
-    trio.run(run, config)
-    return 0
+    refused: list[BaseException] = []
+    try:
+        trio.run(run, config)
+    except* ListenError as group:
+        refused += group.exceptions
+    for error in refused:
+        print(f"trimq-broker: {error}", file=sys.stderr)
+    return 1 if refused else 0
 
 
 if __name__ == "__main__":

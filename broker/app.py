@@ -97,20 +97,31 @@ async def serve_broker(
     disk_probe: DiskProbe = disk_used_ratio,
     task_status: trio.TaskStatus[BrokerHandle] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run a broker until cancelled or stopped; the store is always closed cleanly."""
-    listeners = await trio.open_tcp_listeners(config.port, host=config.host)
-    port = listeners[0].socket.getsockname()[1]
-    grpc_listeners = (
-        []
-        if config.grpc_port is None
-        else await trio.open_tcp_listeners(config.grpc_port, host=config.host)
-    )
+    """Run a broker until cancelled or stopped; the store is always closed cleanly.
+
+    Raises:
+        ListenError: one of its ports cannot be bound (nothing else was started).
+    """
+    opened: list[trio.SocketListener] = []
+    try:
+        listeners = await _listen(config.host, config.port, "Remoting (--port)", opened)
+        port = listeners[0].socket.getsockname()[1]
+        grpc_listeners = (
+            []
+            if config.grpc_port is None
+            else await _listen(config.host, config.grpc_port, "gRPC (--grpc-port)", opened)
+        )
+        ha_listeners = (
+            []
+            if config.is_replica
+            else await _listen(config.host, _ha_port(config, port), _HA_PORT, opened)
+        )
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            for listener in opened:
+                await listener.aclose()
+        raise
     grpc_port = grpc_listeners[0].socket.getsockname()[1] if grpc_listeners else None
-    ha_listeners = (
-        []
-        if config.is_replica
-        else await trio.open_tcp_listeners(_ha_port(config, port), host=config.host)
-    )
     ha_port = ha_listeners[0].socket.getsockname()[1] if ha_listeners else None
     stop, stopped = trio.Event(), trio.Event()
     try:
@@ -216,6 +227,27 @@ async def serve_broker(
     finally:
         stopped.set()
     _log.info("broker stopped", address=f"{config.host}:{port}")
+
+
+class ListenError(Exception):
+    """A port the broker must listen on cannot be bound; the message says which and why."""
+
+
+_HA_PORT = "replication (--ha-port; by default the Remoting port + 1)"
+
+
+async def _listen(
+    host: str, port: int, what: str, opened: list[trio.SocketListener]
+) -> list[trio.SocketListener]:
+    """Listen on ``host:port`` (added to ``opened``), or say plainly which port failed."""
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+    except OSError as exc:
+        raise ListenError(
+            f"cannot listen on {host}:{port} for {what}: {exc.strerror or exc}"
+        ) from None
+    opened += listeners
+    return listeners
 
 
 def _ha_port(config: BrokerConfig, port: int) -> int:

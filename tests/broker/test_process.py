@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -256,3 +257,23 @@ async def test_the_started_line_names_the_grpc_port_which_answers_http2(tmp_path
                 assert len(head) >= 4 and head[3] == 0x4  # a SETTINGS frame
         async with run_broker(tmp_path / "data", "--grpc-port", "off") as broker:
             assert broker.grpc_port is None
+
+
+def test_a_port_that_cannot_be_bound_is_named_and_the_broker_exits_1(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**clean_env(), "TRIMQ_GRPC_PORT": "0", "TRIMQ_SEGMENT_SIZE": str(1 << 20)}
+        argv = ["--port", "0", "--ha-port", str(port), "--data-dir", str(tmp_path / "data")]
+        done = subprocess.run(
+            [sys.executable, "-m", "broker", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 1, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port} for replication (--ha-port" in done.stderr
+    assert "Traceback" not in done.stderr
