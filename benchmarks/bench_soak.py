@@ -1,7 +1,7 @@
 """The soak of issue 17: ~1,000 connections for 10 minutes, slow readers and parked polls;
 the broker's RSS must stay bounded and cheap control requests be answered ≤ 50 ms at p99.
 
-Three processes besides the broker (``python -m broker`` of this checkout or of
+Two processes besides the broker (``python -m broker`` of this checkout or of
 ``--broker-root``, on 127.0.0.1, a free port, a fresh data dir under ``.bench-peers/``,
 ``--idle-timeout-s`` and ``--max-waiting-per-connection`` as given; stopped by pid with
 SIGTERM, then SIGKILL after a bound):
@@ -13,8 +13,10 @@ SIGTERM, then SIGKILL after a bound):
   each latency (blocking socket, ``perf_counter_ns``); a reply later than 5 s counts as a
   timeout and the connection is opened again. Every ``--sample-s`` it reads ``VmRSS``,
   ``RssAnon`` and ``RssFile`` of ``/proc/<pid>/status``, the broker's CPU time
-  (``/proc/<pid>/stat`` utime + stime), its open descriptors and threads, and the connection
-  count the broker reports in its runtime info.
+  (``/proc/<pid>/stat`` utime + stime), its open descriptors and threads, the connection
+  count and commit-log end offset the broker reports in its runtime info, and the CPU the
+  rest of the machine used (``/proc/stat`` less the broker, the driver and this process:
+  the machine is shared).
 * the **load driver** (``--role driver``, one trio process, raw trio sockets, no task per
   request) keeps ``--connections`` connections open for ``--duration-s``:
 
@@ -27,8 +29,9 @@ SIGTERM, then SIGKILL after a bound):
     POLLING_FULL. A refused poll is sent again after 5 s (± 50 %).
   - ``slow`` (10 %): SO_RCVBUF of 4 KiB; PULL_MESSAGE of 32 messages at random offsets of
     ``SoakData`` (~13 KB replies) and GET_ROUTEINFO_BY_TOPIC. Half are *stalled*: 1,000
-    requests at once (more whenever the broker takes them), nothing ever read; half
-    *trickle*: read 2 KiB every 0.5 s and keep up to 200 requests unanswered.
+    requests at once (what the socket does not take is pushed again every 10 s), nothing
+    ever read; half *trickle*: read 2 KiB every 0.5 s and keep up to 200 requests
+    unanswered.
   - ``idle`` (the rest): one HEART_BEAT (a consumer of one of many groups) on connecting,
     then *silent* (half: closed by the broker after ``--idle-timeout-s``; the driver notes
     the silence it took and connects again 0–2 s later) or *quiet* (a HEART_BEAT every
@@ -42,8 +45,12 @@ SIGTERM, then SIGKILL after a bound):
   connections the broker closed, per minute and in total, and prints them as one JSON line.
 
 Output: one JSON line with every figure (``--out`` appends it to a file too), then a human
-summary. RSS "bounded" means the least-squares growth over the second half of the run is at
-most max(4 MB, 2 % of the peak); the aims are printed with their verdicts.
+summary; ``--trace FILE`` writes every sample and control request (with wall-clock times, to
+line them up with a broker-side log). RSS "bounded" means the least-squares growth over the
+second half of the run is at most max(4 MB, 2 % of the peak); the aims are printed with their
+verdicts. For diagnosis: ``--without stalled,trickle`` replaces those kinds by quiet
+connections (what do they cost?), ``--attach PID:PORT`` soaks a broker started otherwise
+(under a profiler, or a launcher that logs its garbage collections).
 
 Usage: python -m benchmarks.bench_soak [--duration-s 600] [--connections 1000]
     [--idle-timeout-s 30] [--max-waiting 64] [--rate 300] [--size 1024] [--broker-root DIR]
