@@ -59,6 +59,8 @@ from protocol.frame import DEFAULT_MAX_FRAME_SIZE
 
 _log = get_logger("server")
 RECEIVE_SIZE = 65536
+#: How soon an idle connection found busy writing or running is looked at again.
+_IDLE_RECHECK_S = 1.0
 #: Replies the reader holds at most before it writes them (bounds a burst's memory).
 _MAX_HELD = 16
 Ctx = TypeVar("Ctx")
@@ -455,8 +457,13 @@ async def _watch_idle(
     while True:  # one wake-up per idle_s at most; ends with its connection
         await trio.sleep_until(conn.last_active + idle_s)
         now = trio.current_time()
-        if conn.waiting or conn.unsent or not conn.reading:
-            conn.last_active = now  # busy: a parked poll, a reply on its way, a request
+        if conn.waiting:
+            conn.last_active = now  # a parked poll: its answer moves last_active again
+        elif conn.unsent or not conn.reading:
+            # A frame on its way (a notification to a silent client) or a request being
+            # run: look again shortly instead of granting a whole new timeout, so a silent
+            # connection still closes within idle_s + a little.
+            await trio.sleep(_IDLE_RECHECK_S)
         elif now >= conn.last_active + idle_s:
             state.idle_closed += 1
             _log.info("closing idle connection", peer=conn.peer, idle_s=idle_s)
@@ -514,9 +521,9 @@ async def _run_requests(
         if type(event) is Request:  # the common case first
             cmd = event.command
             waited = trio.current_time() - received_at
-            if waited > shortest_bound and waited > dispatcher.queue_bound_s(cmd.code):
+            if waited > shortest_bound and waited > (bound := dispatcher.queue_bound_s(cmd.code)):
                 state.shed += 1
-                _refuse_busy(conn, cmd, _in_line(waited, dispatcher.queue_bound_s(cmd.code)))
+                _refuse_busy(conn, cmd, _in_line(waited, bound))
             elif not dispatcher.may_wait(cmd.code):
                 await _run_inline(dispatcher, state, conn, cmd)
             elif conn.waiting >= limits.max_waiting_per_connection:
