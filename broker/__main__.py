@@ -15,6 +15,7 @@ import trio
 
 from broker.app import BrokerHandle, ListenError, serve_broker
 from broker.config import BrokerConfig, ConfigError, build_parser, load
+from broker.gc_tuning import collect_periodically, tune_gc
 from broker.logs import configure
 
 __all__ = ["build_parser", "main"]
@@ -25,8 +26,12 @@ async def run(config: BrokerConfig) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             handle: BrokerHandle = await nursery.start(serve_broker, config)
+            if config.gc_full_collect_s > 0:
+                tune_gc()  # after start-up, so what it built is frozen
+                nursery.start_soon(collect_periodically, config.gc_full_collect_s)
             async for _ in signals:
                 await handle.stop()
+                nursery.cancel_scope.cancel()  # the collector's task
                 break
 
 

@@ -65,9 +65,16 @@ class BrokerConfig:
     #: Long polls (and SYNC-mode stores) of one Remoting connection waiting at once; beyond
     #: it a request is answered SYSTEM_BUSY at once (clients retry later).
     max_waiting_per_connection: int = 64
+    #: Reply bytes a Remoting connection may leave unread before its long polls are answered
+    #: SYSTEM_BUSY (a consumer that stops reading pins at most about this much).
+    max_unsent_bytes_per_connection: int = 16 * 1024 * 1024
     #: A connection silent this long, with nothing waiting or unsent, is closed (0: never);
     #: on the gRPC port: with no call open.
     idle_timeout_s: float = 120.0
+    #: The daemon freezes its start-up objects, keeps CPython's automatic collections to the
+    #: young and middle generations, and runs a full one every this many seconds
+    #: (broker/gc_tuning.py; 0: the interpreter's own settings).
+    gc_full_collect_s: float = 600.0
     #: Connections from one source address, per port, beyond which new ones are closed at
     #: once (0: no cap).
     max_connections_per_ip: int = 1024
@@ -169,6 +176,10 @@ class BrokerConfig:
                 raise ConfigError(f"{name} must not be negative, not {getattr(self, name)}")
         if self.max_waiting_per_connection < 1:
             raise ConfigError("max_waiting_per_connection must be at least 1")
+        if self.gc_full_collect_s < 0:
+            raise ConfigError("gc_full_collect_s must be 0 (off) or positive")
+        if self.max_unsent_bytes_per_connection < 1:
+            raise ConfigError("max_unsent_bytes_per_connection must be at least 1")
         if not 0 <= self.disk_full_ratio <= 1:
             raise ConfigError(f"disk_full_ratio {self.disk_full_ratio} is outside 0..1")
         if self.transaction_check_max < 1:
@@ -413,6 +424,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="its secret (better in TRIMQ_ACL_SECRET_KEY: flags show in the process list)",
     )
     p.add_argument(
+        "--gc-full-collect-s",
+        type=float,
+        help="full garbage collection every this many seconds, none automatic "
+        "(default 600; 0: CPython's own settings)",
+    )
+    p.add_argument(
         "--idle-timeout-s",
         type=float,
         help="close a connection silent this long with nothing waiting (default 120, 0: never)",
@@ -421,6 +438,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-waiting-per-connection",
         type=int,
         help="long polls one connection may have waiting (default 64; beyond: SYSTEM_BUSY)",
+    )
+    p.add_argument(
+        "--max-unsent-bytes-per-connection",
+        type=int,
+        help="reply bytes one connection may leave unread before its long polls are refused "
+        "SYSTEM_BUSY (default 16777216)",
     )
     p.add_argument(
         "--namesrv-tls",

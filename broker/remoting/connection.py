@@ -37,6 +37,8 @@ _log = get_logger("connection")
 _ids = itertools.count(1)
 #: Replies written in one send_all at most (bounds the burst after a stall).
 _MAX_BATCH = 128
+#: Most bytes the writer joins into one ``send_all`` (small frames still go out together).
+_JOIN_BYTES = 256 * 1024
 
 
 def _nothing() -> None:
@@ -61,6 +63,9 @@ class Connection:
     closed: bool = False
     #: Frames queued or being written, not yet handed to the socket.
     unsent: int = 0
+    #: Bytes of those frames: what a client that stops reading pins here (the server stops
+    #: starting requests that may wait once it passes a bound).
+    unsent_bytes: int = 0
     #: Requests of this connection running in tasks of their own (long polls, stores in
     #: SYNC mode): capped by the server, and a connection with any is never idle.
     waiting: int = 0
@@ -93,6 +98,7 @@ class Connection:
         """Keep an encoded frame for the reader's next :meth:`flush` (counted as unsent)."""
         self.held.append(data)
         self.unsent += 1
+        self.unsent_bytes += len(data)
 
     async def flush(self) -> None:
         """Write the held frames in one ``send_all`` (after anything already being written:
@@ -108,9 +114,9 @@ class Connection:
         try:
             if self.stream is not None and not self.closed:
                 async with self.write_lock:
-                    await self.stream.send_all(held[0] if len(held) == 1 else b"".join(held))
+                    await _send_frames(self.stream, held)
         finally:
-            self.written(len(held))
+            self.written(len(held), sum(map(len, held)))
 
     def notify_nowait(self, cmd: RemotingCommand) -> bool:
         """Queue a broker-initiated oneway request (its opaque from :meth:`next_opaque`)
@@ -135,20 +141,23 @@ class Connection:
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             return False
         self.unsent += 1
+        self.unsent_bytes += len(data)
         return True
 
     def next_opaque(self) -> int:
         """Opaque for a request the broker sends to this client."""
         return self.protocol.next_opaque()
 
-    def written(self, frames: int) -> None:
-        """``frames`` left for the socket (or were given up on)."""
+    def written(self, frames: int, nbytes: int) -> None:
+        """``frames`` of ``nbytes`` in all left for the socket (or were given up on)."""
         self.unsent -= frames
+        self.unsent_bytes -= nbytes
         if not self.unsent:
             self.on_idle()
 
     async def _write(self, data: bytes) -> None:
         self.unsent += 1
+        self.unsent_bytes += len(data)
         queued = False
         try:
             # unsent == 1: only this frame, so neither the writer nor another request is
@@ -164,7 +173,7 @@ class Connection:
             self.closed = True
         finally:
             if not queued:  # written, failed or cancelled: the writer will never see it
-                self.written(1)
+                self.written(1, len(data))
 
 
 def encode_reply(
@@ -205,6 +214,24 @@ async def run_writer(
                     break
             try:
                 async with conn.write_lock:
-                    await stream.send_all(frames[0] if len(frames) == 1 else b"".join(frames))
+                    await _send_frames(stream, frames)
             finally:
-                conn.written(len(frames))
+                conn.written(len(frames), sum(map(len, frames)))
+
+
+async def _send_frames(stream: trio.abc.SendStream, frames: list[bytes]) -> None:
+    """Write ``frames`` in as few ``send_all`` calls as possible, joining at most
+    ``_JOIN_BYTES`` at a time: a batch of large pull replies is not copied whole next to its
+    frames (a reader that stops reading would pin both)."""
+    if len(frames) == 1:
+        await stream.send_all(frames[0])
+        return
+    chunk: list[bytes] = []
+    size = 0
+    for frame in frames:
+        if chunk and size + len(frame) > _JOIN_BYTES:
+            await stream.send_all(chunk[0] if len(chunk) == 1 else b"".join(chunk))
+            chunk, size = [], 0
+        chunk.append(frame)
+        size += len(frame)
+    await stream.send_all(chunk[0] if len(chunk) == 1 else b"".join(chunk))

@@ -183,6 +183,11 @@ class ServerLimits:
     idle_timeout_s: float | None = 120.0
     #: Connections from one source address beyond this are closed at once (None: no cap).
     max_connections_per_ip: int | None = 1024
+    #: Reply bytes one connection may have unsent (its client is not reading them) before
+    #: its requests that may wait are answered SYSTEM_BUSY like those past
+    #: ``max_waiting_per_connection``: the frame count alone does not bound memory when
+    #: replies are large pulls.
+    max_unsent_bytes: int = 16 * 1024 * 1024
 
     @classmethod
     def of(cls, config: _LimitSettings) -> ServerLimits:
@@ -195,6 +200,7 @@ class ServerLimits:
             getattr(config, "max_waiting_per_connection", 64),
             idle if idle and idle > 0 else None,
             config.max_connections_per_ip or None,
+            getattr(config, "max_unsent_bytes_per_connection", 16 * 1024 * 1024),
         )
 
 
@@ -533,6 +539,14 @@ async def _run_requests(
                     cmd,
                     f"system busy: {conn.waiting} requests of this connection wait "
                     f"(limit {limits.max_waiting_per_connection})",
+                )
+            elif conn.unsent_bytes >= limits.max_unsent_bytes:
+                state.busy += 1
+                _refuse_busy(
+                    conn,
+                    cmd,
+                    f"system busy: {conn.unsent_bytes} bytes of replies to this connection "
+                    f"are unread (limit {limits.max_unsent_bytes})",
                 )
             else:
                 conn.waiting += 1

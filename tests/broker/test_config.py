@@ -15,6 +15,8 @@ from broker.config import BrokerConfig, ConfigError, from_sources, load
 #: Every flag of docs/design.md §10's ``python -m broker`` command line.
 DESIGN_FLAGS = (
     "--host",
+    "--gc-full-collect-s",
+    "--max-unsent-bytes-per-connection",
     "--port",
     "--data-dir",
     "--broker-name",

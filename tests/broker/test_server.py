@@ -42,7 +42,7 @@ from protocol.bodies.heartbeat import (
 from protocol.bodies.route import PERM_READ, PERM_WRITE, TopicRouteData
 from protocol.codes import RequestCode, ResponseCode, SerializeType
 from protocol.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, request
-from protocol.connection import RemotingConnection, Response, Role
+from protocol.connection import RemotingConnection, Response, Role, UnsolicitedResponse
 from protocol.frame import encode_command
 from protocol.headers.send import SendMessageRequestHeader, SendMessageResponseHeader
 from protocol.message import decode_record
@@ -994,3 +994,65 @@ async def test_a_client_that_never_reads_is_held_back_and_stalls_nobody(tmp_path
         with trio.fail_after(10):
             while broker.statistics().remoting.connections != 1:  # noqa: ASYNC110
                 await trio.sleep(0.01)
+
+
+async def test_unread_reply_bytes_past_the_cap_refuse_long_polls_busy(tmp_path: Path) -> None:
+    """A consumer that pulls large batches and reads nothing: once 64 KiB of replies sit
+    unsent on its connection, its next pulls are answered SYSTEM_BUSY (naming the bytes)
+    instead of adding another ~33 KiB each; when it reads again, everything it asked for is
+    answered and pulls work again."""
+    topic = "bytes_capped"
+    async with (
+        open_broker(tmp_path, max_unsent_bytes_per_connection=64 * 1024) as broker,
+        open_client(broker.port) as client,
+    ):
+        for _ in range(32):
+            sent_ok = await client.request(send_v2(send_header(topic), b"x" * 1024))
+            assert sent_ok.code == ResponseCode.SUCCESS, sent_ok.remark
+        pulls = 3000  # ~100 MB of replies if nothing held them back
+        frames = [encode_command(pull_request(0, topic=topic, opaque=o)) for o in range(pulls)]
+        flooder = await trio.open_tcp_stream("127.0.0.1", broker.port)
+        sent = 0
+
+        async def flood() -> None:
+            nonlocal sent
+            for start in range(0, pulls, 50):
+                await flooder.send_all(b"".join(frames[start : start + 50]))
+                sent = start + 50
+
+        codes: dict[int, int] = defaultdict(int)
+        remarks: set[str] = set()
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(flood)
+                # Until the broker stops reading the flooder (bounded by fail_after).
+                last, still_since = -1, trio.current_time()
+                while trio.current_time() - still_since < 1.0:
+                    await trio.sleep(0.05)
+                    if sent != last:
+                        last, still_since = sent, trio.current_time()
+                # Now read every reply: the flood goes on and ends.
+                reader = RemotingConnection(Role.CLIENT)
+                answered = 0
+                while answered < pulls:
+                    data = await flooder.receive_some(1 << 20)
+                    assert data, "the broker closed the flooding connection"
+                    reader.receive_data(data)
+                    # Answers to opaques this protocol object never sent: "unsolicited".
+                    while isinstance(event := reader.next_event(), UnsolicitedResponse):
+                        answered += 1
+                        codes[event.command.code] += 1
+                        if event.command.code == ResponseCode.SYSTEM_BUSY:
+                            remarks.add(event.command.remark or "")
+        assert codes[ResponseCode.SUCCESS] > 0
+        assert codes[ResponseCode.SYSTEM_BUSY] > 0, codes
+        assert any("bytes of replies to this connection are unread" in r for r in remarks)
+        assert broker.statistics().remoting.busy == codes[ResponseCode.SYSTEM_BUSY]
+        # The connection is usable again once read.
+        await flooder.send_all(encode_command(pull_request(0, topic=topic, opaque=pulls)))
+        reader.receive_data(await flooder.receive_some(1 << 20))
+        with trio.fail_after(TIMEOUT):
+            while not isinstance(event := reader.next_event(), UnsolicitedResponse):
+                reader.receive_data(await flooder.receive_some(1 << 20))
+        assert event.command.code == ResponseCode.SUCCESS
+        await flooder.aclose()

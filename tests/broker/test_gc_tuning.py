@@ -1,0 +1,54 @@
+"""The daemon's garbage-collector settings (broker/gc_tuning.py)."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import weakref
+
+import trio
+import trio.testing
+
+from broker.gc_tuning import collect_periodically
+
+
+def test_tune_gc_freezes_start_up_objects_and_leaves_full_collections_to_the_task() -> None:
+    # In a child: freezing and thresholds are process-wide, the test runner keeps its own.
+    script = (
+        "import gc; from broker.gc_tuning import tune_gc; "
+        "frozen = tune_gc(); print(frozen, *gc.get_threshold())"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    frozen, young, middle, old = map(int, result.stdout.split())
+    assert frozen > 1000  # what the imports built
+    assert (young, middle) == (700, 2)
+    assert old >= 1 << 30  # no automatic full collection
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+async def test_collect_periodically_frees_cycles_at_its_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    was_enabled = gc.isenabled()
+    gc.disable()  # only the task under test collects
+    try:
+        cycle = _Cycle()
+        alive = weakref.ref(cycle)
+        del cycle
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(collect_periodically, 600.0)
+            await trio.sleep(599)
+            assert alive() is not None
+            await trio.sleep(2)
+            assert alive() is None
+            nursery.cancel_scope.cancel()
+    finally:
+        if was_enabled:
+            gc.enable()
