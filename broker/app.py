@@ -266,6 +266,7 @@ def _master_link(broker: Broker) -> MasterLink:
         LogGrowth(),
         broker.config.broker_name,
         broker.roles.epochs.current,
+        broker.roles.epochs.entries,
         HaSettings(),
         MasterMetadata(broker.topics, broker.groups, broker.store.offsets, broker.pop.table),
     )

@@ -62,6 +62,9 @@ class Storage:
         self._fsyncs = 0
         self._disk_errors = 0
         self._swept: tuple[int, int] | None = None  # (year, day) of the last scheduled run
+        #: Fsyncs running in worker threads now (a truncation waits until there are none).
+        self._offloaded = 0
+        self._quiet = trio.Event()
 
     async def put(self, msg: MessageToStore) -> PutResult:
         """Store one message; in SYNC mode return only once it is durable.
@@ -127,7 +130,14 @@ class Storage:
         error."""
         try:
             ticket = begin()
-            await self._offload(partial(sync, ticket))
+            self._offloaded += 1
+            try:
+                await self._offload(partial(sync, ticket))
+            finally:
+                self._offloaded -= 1
+                if not self._offloaded:
+                    self._quiet.set()
+                    self._quiet = trio.Event()
         except OSError as exc:
             self._disk_errors += 1
             self.store.note_disk_error(exc)
@@ -136,6 +146,16 @@ class Storage:
         end(ticket)
         self._release(ok=True)
         return True
+
+    async def truncate_to(self, offset: int) -> int:
+        """Cut a replica's log back to ``offset`` (``MessageStore.truncate_to``; returns the
+        bytes cut) once no fsync runs in a worker thread: a truncation closes the
+        descriptors of the segments it deletes, which such an fsync may hold. It runs on
+        the trio thread in one step, so no new fsync starts meanwhile (blocking, but rare:
+        once per diverged handshake)."""
+        while self._offloaded:  # each wait ends when an offloaded fsync returns
+            await self._quiet.wait()
+        return self.store.truncate_to(offset)
 
     def _release(self, *, ok: bool) -> None:
         durable = self.store.durable_offset

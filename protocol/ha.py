@@ -11,8 +11,15 @@ Replica → master:
 * ``REPORT`` any number of times: ``kind u8 | offset u64`` — "my commit log ends here"
   (RocketMQ's 8-byte ``maxPhyOffset`` report). The first one says where to stream from;
   every later one acknowledges every byte before ``offset`` (what sync replication counts).
+  The replica sends its first report only after the master's ``EPOCHS`` (and after it cut
+  its log back to where it agrees with the master's).
 
 Master → replica:
+
+* ``EPOCHS`` once, first, in answer to ``HELLO``: ``kind u8 | epoch u64 | end u64 |
+  count u32 | crc32 u32 | count × (epoch u64 | start u64)`` — the master's epoch, where its
+  log ends, and its epoch history (where each master epoch began in the log; RocketMQ 5's
+  epoch exchange, Kafka's OffsetsForLeaderEpoch). ``crc32`` covers the entries.
 
 * ``BATCH``: ``kind u8 | epoch u64 | offset u64 | master_end u64 | length u32 | crc32 u32 |
   bytes`` — ``length`` bytes of the master's log starting at ``offset`` (not aligned to
@@ -27,8 +34,9 @@ Master → replica:
   ``META_GROUPS`` (``subscriptionGroup.json``), ``META_OFFSETS`` (``consumerOffset.json``).
   A table id the replica does not know is passed on (a newer master); the caller skips it.
 
-The replica refuses a batch from an epoch older than the one it has accepted (a deposed
-master still streaming); a newer epoch is accepted and remembered by the caller.
+The replica refuses an ``EPOCHS``, a batch or a snapshot from an epoch older than the one it
+has accepted (a deposed master still streaming); a newer epoch is accepted and remembered by
+the caller.
 """
 
 from __future__ import annotations
@@ -40,12 +48,14 @@ from typing import Final
 
 from protocol.errors import ProtocolError
 
-VERSION: Final = 1
+#: 2: the ``EPOCHS`` answer to ``HELLO`` (epoch histories, truncation to a common point).
+VERSION: Final = 2
 HELLO: Final = 0x01
 REPORT: Final = 0x02
 BATCH: Final = 0x11
 REFUSED: Final = 0x12
 META: Final = 0x13
+EPOCHS: Final = 0x14
 #: ``META`` tables.
 META_TOPICS: Final = 1
 META_GROUPS: Final = 2
@@ -55,12 +65,16 @@ MAX_BATCH: Final = 8 * 1024 * 1024
 MAX_NAME: Final = 1024
 #: The largest metadata snapshot a replica accepts (an offset table of ~10⁶ queues).
 MAX_META: Final = 64 * 1024 * 1024
+#: The most epoch-history entries an ``EPOCHS`` frame may carry.
+MAX_EPOCHS: Final = 65_536
 
 _HELLO = struct.Struct(">BHIQH")
 _REPORT = struct.Struct(">BQ")
 _BATCH = struct.Struct(">BQQQII")
 _REFUSED = struct.Struct(">BH")
 _META = struct.Struct(">BQBII")
+_EPOCHS = struct.Struct(">BQQII")
+_EPOCH_ENTRY = struct.Struct(">QQ")
 
 
 class HaProtocolError(ProtocolError):
@@ -113,8 +127,17 @@ class Meta:
     data: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class Epochs:
+    """The master's epoch, log end and epoch history ((epoch, start) pairs, oldest first)."""
+
+    epoch: int
+    end: int
+    history: tuple[tuple[int, int], ...]
+
+
 ToMaster = Hello | Report
-ToReplica = Batch | Refused | Meta
+ToReplica = Batch | Refused | Meta | Epochs
 
 
 def encode_hello(hello: Hello) -> bytes:
@@ -143,6 +166,15 @@ def encode_meta(epoch: int, table: int, data: bytes) -> bytes:
     if len(data) > MAX_META:
         raise ValueError(f"a metadata snapshot of {len(data)} bytes exceeds {MAX_META}")
     return _META.pack(META, epoch, table, len(data), zlib.crc32(data)) + data
+
+
+def encode_epochs(epochs: Epochs) -> bytes:
+    """An ``EPOCHS`` frame."""
+    if len(epochs.history) > MAX_EPOCHS:
+        raise ValueError(f"an epoch history of {len(epochs.history)} entries exceeds {MAX_EPOCHS}")
+    entries = b"".join(_EPOCH_ENTRY.pack(epoch, start) for epoch, start in epochs.history)
+    head = _EPOCHS.pack(EPOCHS, epochs.epoch, epochs.end, len(epochs.history), zlib.crc32(entries))
+    return head + entries
 
 
 def encode_refused(reason: str) -> bytes:
@@ -288,7 +320,30 @@ class ReplicaSide:
             return self._batch()
         if kind == META:
             return self._meta()
+        if kind == EPOCHS:
+            return self._epochs()
         return self._refused(kind)
+
+    def _epochs(self) -> Epochs | None:
+        reader = self._reader
+        head = reader.unpack(_EPOCHS)
+        if head is None:
+            return None
+        _, epoch, end, count, crc = head
+        if count > MAX_EPOCHS:
+            raise reader.fail(f"an epoch history of {count} entries exceeds {MAX_EPOCHS}")
+        size = count * _EPOCH_ENTRY.size
+        if reader.available() < _EPOCHS.size + size:
+            return None
+        reader.take(_EPOCHS.size)
+        data = reader.take(size)
+        if zlib.crc32(data) != crc:
+            raise reader.fail("epoch history: CRC mismatch")
+        if epoch < self.min_epoch:
+            raise reader.fail(f"epoch history from epoch {epoch}, older than {self.min_epoch}")
+        history = tuple((e, s) for e, s in _EPOCH_ENTRY.iter_unpack(data))
+        self.min_epoch = epoch
+        return Epochs(epoch, end, history)
 
     def _meta(self) -> Meta | None:
         reader = self._reader

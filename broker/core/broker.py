@@ -45,7 +45,7 @@ from broker.core.transactions import (
 from broker.deadlines import DeadlineLoop
 from broker.groups import SubscriptionGroupManager
 from broker.ha.acks import ReplicaSet, ReplicationPolicy, ReplicationStatistics
-from broker.ha.epoch import FIRST_EPOCH, EpochFile
+from broker.ha.epoch import EpochHistory
 from broker.locks import RebalanceLocks
 from broker.logs import get_logger
 from broker.longpoll import Arrivals, PullHub, PullHubStatistics
@@ -202,13 +202,12 @@ def _replication_policy(config: BrokerConfig, *, as_master: bool) -> Replication
 
 def _roles(config: BrokerConfig, store: MessageStore, replicas: ReplicaSet,
            timers: TimerService) -> RoleService:  # fmt: skip
-    """The broker's role; its epoch in ``config/haEpoch`` (a master that never saw one
-    serves epoch 1; a replica has accepted none until its master's first batch)."""
-    default = 0 if config.is_replica else FIRST_EPOCH
+    """The broker's role; its epochs in ``config/haEpoch`` (a master that never saw one
+    serves epoch 1 from offset 0; a replica knows none until its master answers)."""
     return RoleService(
         store,
         replicas,
-        EpochFile(config.data_dir / "config" / "haEpoch", default),
+        EpochHistory(config.data_dir / "config" / "haEpoch", master=not config.is_replica),
         broker_id=config.broker_id,
         master_policy=_replication_policy(config, as_master=True),
         adopt_log=timers.adopt_log,

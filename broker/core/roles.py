@@ -3,9 +3,11 @@
 
 A replica becomes its group's master once, on an operator's request (``trimq-admin
 promoteReplica``); never back (a deposed master is restarted as a replica). The switch is
-one synchronous step on the trio thread, so no request sees half of it: the epoch is
-raised and made durable first (``config/haEpoch``: whatever streams under an older epoch
-is refused by the group's replicas from then on), then the store takes puts, sync
+one synchronous step on the trio thread, so no request sees half of it: the new epoch is
+appended to the epoch history, starting at the log's end, and made durable first
+(``config/haEpoch``: whatever streams under an older epoch is refused by the group's
+replicas from then on, and a replica whose log runs past that start under an older epoch —
+the old master's unreplicated tail — cuts it when it follows), then the store takes puts, sync
 replication (if configured) counts this broker's own replicas, the timer service adopts the
 delayed messages the old master streamed, and :attr:`RoleService.promoted` is set — the
 front end then stops following, serves an HA port and registers as brokerId 0, and the
@@ -13,8 +15,7 @@ broker's own log writers (timers, revives, transaction check-backs) start.
 
 What the promoted broker does not have (not replicated yet): the old master's pop leases
 (consumers re-pop from the replicated offsets, which stop at the oldest message in flight),
-transaction bookkeeping; and its log is not truncated to a common point with the old
-master's (a diverged tail stays).
+transaction bookkeeping. A master never truncates its own log.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable
 import trio
 
 from broker.ha.acks import ReplicaSet, ReplicationPolicy
-from broker.ha.epoch import FIRST_EPOCH, EpochFile
+from broker.ha.epoch import FIRST_EPOCH, EpochHistory
 from broker.logs import get_logger
 from broker.store.store import MessageStore
 from protocol.codes import ResponseCode
@@ -40,7 +41,7 @@ class RoleService:
         self,
         store: MessageStore,
         replicas: ReplicaSet,
-        epochs: EpochFile,
+        epochs: EpochHistory,
         *,
         broker_id: int,
         master_policy: ReplicationPolicy,
@@ -69,13 +70,18 @@ class RoleService:
         """The id it registers under: 0 once a master."""
         return self._broker_id
 
-    def promote(self) -> int:
+    def promote(self, epoch: int | None = None) -> int:
         """Make this replica the master of its group; returns its new epoch.
 
+        Args:
+            epoch: the new master epoch — an election passes its own (etcd: the revision
+                of the master key); None: one past the newest this broker accepted (at
+                least 2: past the first master's).
+
         Raises:
-            BrokerError: ``ILLEGAL_OPERATION`` on a master (nothing changes);
-                ``SYSTEM_ERROR`` when the new epoch could not be made durable (still a
-                replica).
+            BrokerError: ``ILLEGAL_OPERATION`` on a master, or for an ``epoch`` not newer
+                than the newest accepted (nothing changes); ``SYSTEM_ERROR`` when the new
+                epoch could not be made durable (still a replica).
         """
         if not self.is_replica:
             raise BrokerError(
@@ -84,12 +90,17 @@ class RoleService:
             )
         # Past the first master's epoch even if no batch ever arrived (a replica that
         # accepted nothing yet holds 0): a deposed first master must be refused too.
-        epoch = max(self.epochs.current, FIRST_EPOCH) + 1
+        new = max(self.epochs.current, FIRST_EPOCH) + 1 if epoch is None else epoch
+        if new <= max(self.epochs.current, FIRST_EPOCH):
+            raise BrokerError(
+                f"epoch {new} is not newer than {self.epochs.current}, the newest accepted",
+                code=ResponseCode.ILLEGAL_OPERATION,
+            )
         try:
-            self.epochs.raise_to(epoch)
+            self.epochs.begin(new, self.store.log.end)
         except OSError as exc:
             raise BrokerError(
-                f"promotion refused: epoch {epoch} could not be stored: {exc}",
+                f"promotion refused: epoch {new} could not be stored: {exc}",
                 code=ResponseCode.SYSTEM_ERROR,
             ) from None
         self.store.promote()
@@ -97,5 +108,5 @@ class RoleService:
         self._broker_id = 0
         self.adopt_log()
         self.promoted.set()
-        _log.warning("promoted to master", epoch=epoch, log_end=self.store.log.end)
-        return epoch
+        _log.warning("promoted to master", epoch=new, log_end=self.store.log.end)
+        return new

@@ -2,10 +2,13 @@
 
 ``serve_ha_master`` accepts replicas on its listeners (a nursery per connection, all owned
 by the server's nursery, which the broker's front nursery owns). A connection starts with the
-replica's ``HELLO`` and first ``REPORT`` (where its log ends). The master checks the replica
-belongs to its group, that it knows no newer epoch, and that its log ends inside the
-master's: not ahead (divergence; truncation is not built yet) and not before the master's
-first byte (retention deleted it; seeding from the middle is not built yet).
+replica's ``HELLO``: the master checks the replica belongs to its group and knows no newer
+epoch, and answers ``EPOCHS`` — its epoch, log end and epoch history — from which the
+replica finds where its log stops agreeing with the master's and cuts it back there (the
+master never cuts its own). Then the replica's first ``REPORT`` says where its log ends: it
+must end inside the master's, not ahead (a replica that did not cut a diverged tail) and
+not before the master's first byte (retention deleted it; seeding from the middle is not
+built yet).
 Then two tasks run until either ends: the reader takes the replica's reports
 (:meth:`ReplicaSet.acked`), the writer streams raw log bytes from the replica's offset in
 batches of at most ``batch_bytes``, up to ``MessageStore.replicable_end``. When it has caught
@@ -22,25 +25,30 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeVar
 
 import trio
 
 from broker.ha.acks import Replica, ReplicaSet
+from broker.ha.epoch import EpochEntry
 from broker.ha.metadata import TABLES, MasterMetadata
 from broker.logs import get_logger
 from broker.store.api import StoreError
 from broker.store.store import MessageStore
 from protocol.errors import ProtocolError
 from protocol.ha import (
+    Epochs,
     Hello,
     MasterSide,
     Report,
     encode_batch,
+    encode_epochs,
     encode_meta,
     encode_refused,
 )
 
 _log = get_logger("ha.master")
+_F = TypeVar("_F", Hello, Report)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +97,8 @@ class MasterLink:
     growth: LogGrowth
     broker_name: str
     epoch: int
+    #: Where each master epoch began in this master's log (sent in ``EPOCHS``).
+    history: tuple[EpochEntry, ...]
     settings: HaSettings
     #: Topics, groups and offsets, sent to every replica (RocketMQ's SlaveSynchronize).
     metadata: MasterMetadata
@@ -177,22 +187,13 @@ async def _until_broken(
 async def _handshake(
     link: MasterLink, stream: trio.SocketStream, side: MasterSide
 ) -> tuple[Hello, int]:
-    """The replica's HELLO and first REPORT, checked (raises :class:`_Refusal`)."""
-    events: list[Hello | Report] = []
+    """The replica's HELLO, checked and answered with ``EPOCHS``; then its first REPORT,
+    checked (raises :class:`_Refusal`)."""
     with trio.fail_after(link.settings.handshake_s):
-        while len(events) < 2:
-            data = await stream.receive_some(64 * 1024)
-            if not data:
-                raise EOFError("the replica closed before its first report")
-            events += side.receive(data)
-    hello, report = events[0], events[1]
-    assert isinstance(hello, Hello) and isinstance(report, Report)  # MasterSide's order
-    if hello.broker_name != link.broker_name:
-        raise _Refusal(f"this master serves {link.broker_name}, not {hello.broker_name}")
-    if hello.broker_id == 0:
-        raise _Refusal("broker id 0 is the master's")
-    if hello.epoch > link.epoch:
-        raise _Refusal(f"the replica knows epoch {hello.epoch}, newer than this master's")
+        hello = await _next_frame(stream, side, Hello)
+        _check_hello(link, hello)
+        await stream.send_all(encode_epochs(_epochs_of(link)))
+        report = await _next_frame(stream, side, Report)
     if report.offset < link.store.log.min_offset:
         raise _Refusal(
             f"the replica's log ends at {report.offset}, before this master's log starts "
@@ -202,9 +203,40 @@ async def _handshake(
     if report.offset > link.store.log.end:
         raise _Refusal(
             f"the replica's log ends at {report.offset}, past this master's {link.store.log.end}"
-            " (diverged; truncation is not supported yet)"
+            " (it did not cut its log back to the common point)"
         )
     return hello, report.offset
+
+
+async def _next_frame(stream: trio.SocketStream, side: MasterSide, kind: type[_F]) -> _F:
+    """The replica's next frame, which :class:`MasterSide` guarantees is a HELLO first and a
+    REPORT after; the first one only (the replica sends nothing more until answered)."""
+    while not (events := side.receive(await _receive(stream))):
+        pass
+    event = events[0]
+    assert isinstance(event, kind)  # MasterSide's order
+    return event
+
+
+async def _receive(stream: trio.SocketStream) -> bytes:
+    data = await stream.receive_some(64 * 1024)
+    if not data:
+        raise EOFError("the replica closed during the handshake")
+    return data
+
+
+def _check_hello(link: MasterLink, hello: Hello) -> None:
+    if hello.broker_name != link.broker_name:
+        raise _Refusal(f"this master serves {link.broker_name}, not {hello.broker_name}")
+    if hello.broker_id == 0:
+        raise _Refusal("broker id 0 is the master's")
+    if hello.epoch > link.epoch:
+        raise _Refusal(f"the replica knows epoch {hello.epoch}, newer than this master's")
+
+
+def _epochs_of(link: MasterLink) -> Epochs:
+    history = tuple((e.epoch, e.start) for e in link.history)
+    return Epochs(link.epoch, link.store.log.end, history)
 
 
 async def _read_reports(

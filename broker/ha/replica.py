@@ -9,8 +9,15 @@ the replica's flush mode makes it. The local log only ever holds whole records
 (``MessageStore.append_replicated``): bytes of a record still arriving wait in memory, and
 a replica that restarts reports its log end and is sent the rest from there.
 
-A stream from an epoch older than the newest this replica accepted is refused (the
-connection is dropped); a newer epoch is remembered (:class:`EpochFile`). Metadata snapshots
+Each link starts with the master's ``EPOCHS`` answer (its epoch, log end and epoch
+history). The replica finds where its log stops agreeing with the master's
+(:func:`~broker.ha.epoch.common_point`: the end of the newest epoch both histories hold with
+the same start) and cuts its log back there before it reports where it ends — the tail an
+old master wrote and never replicated before a promotion elsewhere goes (consume queues, key
+index and consumer offsets with it: ``Storage.truncate_to``). Its own history then follows
+the master's as its log grows. A stream from an epoch older than the newest this replica
+accepted is refused (the connection is dropped); a newer epoch is remembered
+(:class:`EpochHistory`). Metadata snapshots
 (topics, groups, offsets) on the same stream are applied through
 :class:`~broker.ha.metadata.ReplicaMetadata`.
 """
@@ -22,7 +29,7 @@ from dataclasses import dataclass
 
 import trio
 
-from broker.ha.epoch import EpochFile
+from broker.ha.epoch import EpochEntry, EpochHistory, common_point
 from broker.ha.master import HaSettings
 from broker.ha.metadata import ReplicaMetadata
 from broker.logs import get_logger
@@ -30,7 +37,16 @@ from broker.storage import Storage
 from broker.store.api import FlushMode, StoreError
 from broker.topics import TopicManager
 from protocol.errors import ProtocolError
-from protocol.ha import Batch, Hello, Meta, Refused, ReplicaSide, encode_hello, encode_report
+from protocol.ha import (
+    Batch,
+    Epochs,
+    Hello,
+    Meta,
+    Refused,
+    ReplicaSide,
+    encode_hello,
+    encode_report,
+)
 
 _log = get_logger("ha.replica")
 
@@ -54,6 +70,8 @@ class FollowerStatistics:
     #: Metadata snapshots applied (topics, groups, offsets) and skipped (unreadable).
     meta_applied: int
     meta_skipped: int
+    #: Bytes cut from the local log because they diverged from a master's (all links).
+    truncated: int
     connects: int
     #: Links that ended (broken, refused, timed out).
     disconnects: int
@@ -87,7 +105,7 @@ class Follower:
         *,
         broker_name: str,
         broker_id: int,
-        epochs: EpochFile,
+        epochs: EpochHistory,
         settings: HaSettings,
         min_queues: int = 4,
     ) -> None:
@@ -106,6 +124,9 @@ class Follower:
         self._master_end = 0
         self._connects = self._disconnects = 0
         self._last_error = ""
+        self._truncated = 0
+        #: The master's epoch history on the current link (adopted as the log grows).
+        self._master_history: tuple[EpochEntry, ...] = ()
         #: Set whenever the local log grew by replicated bytes (tests wait on it).
         self.progress = trio.Event()
         self._changed = trio.Event()
@@ -129,6 +150,7 @@ class Follower:
             epoch=self.epochs.current,
             meta_applied=self.metadata.applied,
             meta_skipped=self.metadata.skipped,
+            truncated=self._truncated,
             connects=self._connects,
             disconnects=self._disconnects,
             last_error=self._last_error,
@@ -142,13 +164,7 @@ class Follower:
             address = await self.master()
             try:
                 streamed = await self._follow(address)
-            except (
-                OSError,
-                trio.BrokenResourceError,
-                ProtocolError,
-                StoreError,
-                _LinkEnded,
-            ) as exc:
+            except _LINK_ERRORS as exc:
                 streamed = False
                 self._last_error = f"{type(exc).__name__}: {exc}"
                 _log.warning("replication link ended", master=address, error=self._last_error)
@@ -172,10 +188,11 @@ class Follower:
             self._connects += 1
             self._change()
             hello = Hello(self.broker_name, self.broker_id, self.epochs.current)
-            reported = store.log.end
-            await stream.send_all(encode_hello(hello) + encode_report(reported))
-            _log.info("following master", master=address, offset=reported)
+            await stream.send_all(encode_hello(hello))
             side = ReplicaSide(min_epoch=self.epochs.current)
+            reported = await self._agree(stream, side, address)
+            await stream.send_all(encode_report(reported))
+            _log.info("following master", master=address, offset=reported)
             pending = bytearray()
             while True:
                 with trio.move_on_after(self.settings.idle_s) as idle:
@@ -189,6 +206,8 @@ class Follower:
                     if isinstance(event, Refused):
                         raise _LinkEnded(f"refused by the master: {event.reason}")
                     heard = True
+                    if isinstance(event, Epochs):
+                        raise _LinkEnded("a second epoch history on one link")
                     if isinstance(event, Meta):
                         self._apply_metadata(event)
                     else:
@@ -199,6 +218,24 @@ class Follower:
                 if heard:
                     reported = store.log.end
                     await stream.send_all(encode_report(reported))
+
+    async def _agree(self, stream: trio.SocketStream, side: ReplicaSide, address: str) -> int:
+        """Take the master's ``EPOCHS``, cut the local log back to the common point, adopt
+        the master's history; returns where the local log now ends."""
+        with trio.fail_after(self.settings.handshake_s):
+            epochs = await _first_frame(stream, side)
+        self.epochs.raise_to(epochs.epoch)
+        store = self.storage.store
+        master = tuple(EpochEntry(e, s) for e, s in epochs.history)
+        point = common_point(self.epochs.entries, store.log.end, master, epochs.end)
+        if point < store.log.end:
+            _log.warning("log diverged from the master's: truncating", master=address,
+                         log_end=store.log.end, common_point=point)  # fmt: skip
+            self._truncated += await self.storage.truncate_to(point)
+            self._queues_known = -1
+        self._master_history = master
+        self.epochs.adopt(master, store.log.end)
+        return store.log.end
 
     def _apply(self, batch: Batch, pending: bytearray) -> bool:
         """Append a batch's bytes (with any partial record held from the last one)."""
@@ -211,6 +248,7 @@ class Follower:
         taken = self.storage.store.append_replicated(start, pending)
         del pending[:taken]
         if taken:
+            self.epochs.adopt(self._master_history, self.storage.store.log.end)
             self._learn_topics()
             self.progress.set()
             self.progress = trio.Event()
@@ -235,3 +273,21 @@ class Follower:
             least = 0 if self.topics.get(topic) is not None else self.min_queues
             self.topics.ensure_queues(topic, max(max(queue_ids) + 1, least))
         self._queues_known = store.queue_count
+
+
+async def _first_frame(stream: trio.SocketStream, side: ReplicaSide) -> Epochs:
+    """The master's answer to ``HELLO``: its ``EPOCHS`` (a refusal or anything else ends
+    the link). Nothing else comes before the replica's first report."""
+    while True:  # bounded by the caller's handshake deadline
+        data = await stream.receive_some(64 * 1024)
+        if not data:
+            raise _LinkEnded("the master closed during the handshake")
+        events = side.receive(data)
+        if not events:
+            continue
+        event = events[0]
+        if isinstance(event, Refused):
+            raise _LinkEnded(f"refused by the master: {event.reason}")
+        if not isinstance(event, Epochs) or len(events) > 1:
+            raise _LinkEnded(f"expected the master's epoch history, got {type(event).__name__}")
+        return event

@@ -507,6 +507,63 @@ class MessageStore:
             self.on_grow()
         return pos
 
+    def truncate_to(self, offset: int) -> int:
+        """Cut a replica's log back to ``offset`` (a record boundary its master's log shares:
+        the common point of their epoch histories), with every consume queue, the key index
+        and the consumer offsets past it. Returns the bytes cut. Blocking (fsyncs): rare.
+
+        Crash-safe: everything before ``offset`` is made durable and a checkpoint at
+        ``offset`` is written *before* anything is cut, so a crash part-way recovers from
+        that checkpoint — re-dispatching whatever of the tail is still on disk (the next
+        handshake cuts it again) — and never from a checkpoint past the new end.
+
+        Raises:
+            StoreError: not a replica (a master never truncates), or ``offset`` is past the
+                log's end.
+            OSError: a write or fsync failed (nothing was cut unless the checkpoint was
+                written; recovery then finishes the job).
+        """
+        if not self.config.replica:
+            raise StoreError("only a replica's log is ever truncated")
+        if offset > self.log.end:
+            raise StoreError(f"cannot truncate to {offset}, past the log's end {self.log.end}")
+        if offset == self.log.end:
+            return 0
+        cut = self.log.end - offset
+        self.flush()  # every byte and entry durable, SYNC mode's held dispatches done
+        sizes = {key: self._entries_before(cq, offset) for key, cq in self._queues.items()}
+        for cq in self._queues.values():
+            cq.sync()
+        rows = self.index.take()
+        self.index.write(rows)
+        self.index.written(rows)
+        Checkpoint(
+            safe_offset=offset,
+            clean=False,
+            queue_sizes=sizes,
+            min_offset=self.log.min_offset,
+            written_at_ms=self._clock_ms(),
+        ).save(self._checkpoint_path)
+        for key, cq in self._queues.items():
+            cq.truncate(sizes[key])
+            cq.sync()
+            self._next_offset[key] = cq.max_offset
+            self.offsets.clamp(key[0], key[1], cq.min_offset, cq.max_offset)
+        self.index.truncate_from(offset)
+        self.log.truncate(offset)
+        self._mins.clear()
+        self.durable_offset = self.dispatched_offset = offset
+        return cut
+
+    @staticmethod
+    def _entries_before(cq: ConsumeQueue, offset: int) -> int:
+        """The queue offset of ``cq``'s first entry at or past commit-log ``offset`` (entries
+        are in log order): how many entries a truncation to ``offset`` keeps."""
+        last = cq.entry(cq.max_offset - 1)
+        if last is None or last[0] < offset:
+            return cq.max_offset  # the common case: nothing of this queue is cut
+        return cq.first_at_or_after(offset)
+
     def _replicate_one(self, data: bytes | bytearray, pos: int, phys: int) -> int:
         """Append the record (or end-of-segment blank) at ``data[pos:]``; 0 when it is not
         complete yet."""

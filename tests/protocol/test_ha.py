@@ -10,7 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.ha import (
+    MAX_EPOCHS,
     Batch,
+    Epochs,
     HaProtocolError,
     Hello,
     MasterSide,
@@ -19,6 +21,7 @@ from protocol.ha import (
     ReplicaSide,
     Report,
     encode_batch,
+    encode_epochs,
     encode_hello,
     encode_meta,
     encode_refused,
@@ -175,3 +178,44 @@ def test_metadata_from_an_older_epoch_or_oversized_is_refused() -> None:
     header = struct.pack(">BQBII", 0x13, 1, 1, 2**31, 0)
     with pytest.raises(HaProtocolError, match="exceeds"):
         ReplicaSide(min_epoch=0).receive(header)
+
+
+_HISTORY = st.lists(st.tuples(_U63, _U63), max_size=20).map(tuple)
+
+
+@given(
+    epoch=_U63,
+    end=_U63,
+    history=_HISTORY,
+    cuts=st.lists(st.integers(min_value=0), max_size=12),
+)
+def test_epoch_histories_round_trip_split_anywhere_before_batches(
+    epoch: int, end: int, history: tuple[tuple[int, int], ...], cuts: list[int]
+) -> None:
+    wire = encode_epochs(Epochs(epoch, end, history)) + encode_batch(epoch, 0, 3, b"abc")
+    events = _feed_in_pieces(ReplicaSide(min_epoch=0), wire, cuts)
+    assert events == [Epochs(epoch, end, history), Batch(epoch, 0, 3, b"abc")]
+
+
+@given(flip=st.integers(min_value=0))
+def test_a_flipped_bit_in_an_epoch_history_is_never_accepted_silently(flip: int) -> None:
+    history = ((1, 0), (2, 4096), (5, 10_000))
+    wire = bytearray(encode_epochs(Epochs(5, 12_345, history)))
+    bit = flip % (len(wire) * 8)
+    wire[bit // 8] ^= 1 << (bit % 8)
+    try:
+        events = ReplicaSide(min_epoch=0).receive(bytes(wire))
+    except HaProtocolError:
+        return
+    # Only a flip in the header's epoch or end can pass (no CRC there): never in the history.
+    assert all(not isinstance(e, Epochs) or e.history == history for e in events)
+
+
+def test_an_epoch_history_from_an_older_epoch_or_too_long_is_refused() -> None:
+    with pytest.raises(HaProtocolError, match="older"):
+        ReplicaSide(min_epoch=3).receive(encode_epochs(Epochs(2, 0, ((1, 0), (2, 5)))))
+    head = struct.pack(">BQQII", 0x14, 1, 0, MAX_EPOCHS + 1, 0)
+    with pytest.raises(HaProtocolError, match="exceeds"):
+        ReplicaSide(min_epoch=0).receive(head)
+    with pytest.raises(ValueError, match="exceeds"):
+        encode_epochs(Epochs(1, 0, ((1, 0),) * (MAX_EPOCHS + 1)))

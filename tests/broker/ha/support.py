@@ -17,6 +17,16 @@ from broker.store.store import MessageStore
 from protocol.batch import BatchEntry, encode_batch
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand, request
+from protocol.ha import (
+    Epochs,
+    Hello,
+    MasterSide,
+    ReplicaSide,
+    Report,
+    encode_epochs,
+    encode_hello,
+    encode_report,
+)
 from protocol.headers.send import SendMessageRequestHeader, send_header_to_v2_ext
 from protocol.properties import UNIQ_KEY, encode_properties
 from tests.broker.client import BrokerClient, open_broker
@@ -119,3 +129,36 @@ async def send(
     extra: Mapping[str, str] | None = None,
 ) -> RemotingCommand:
     return await client.request(send_command(topic, key, body, queue_id, extra))
+
+
+async def handshake_as_replica(stream: trio.abc.Stream, offset: int = 0, epoch: int = 0) -> Epochs:
+    """A hand-made replica's side of the handshake: HELLO, the master's EPOCHS, REPORT
+    ``offset`` (bytes that follow the EPOCHS in the same read are dropped: callers drain)."""
+    await stream.send_all(encode_hello(Hello(NAME, 1, epoch)))
+    side = ReplicaSide(epoch)
+    events: list[object] = []
+    while not events:  # bounded by the caller's deadline
+        data = await stream.receive_some(1 << 16)
+        assert data, "the master closed during the handshake"
+        events += side.receive(bytes(data))
+    assert isinstance(events[0], Epochs), events[0]
+    await stream.send_all(encode_report(offset))
+    return events[0]
+
+
+async def handshake_as_master(
+    stream: trio.abc.Stream, epoch: int, end: int, history: tuple[tuple[int, int], ...] = ((1, 0),)
+) -> Report:
+    """A hand-made master's side: take HELLO, answer EPOCHS, return the first REPORT."""
+    side = MasterSide()
+    answered = False
+    for _ in range(10_000):  # bounded: each pass reads at least one byte
+        data = await stream.receive_some(1024)
+        assert data, "the replica closed during the handshake"
+        for event in side.receive(bytes(data)):
+            if isinstance(event, Report):
+                return event
+            if not answered:
+                await stream.send_all(encode_epochs(Epochs(epoch, end, history)))
+                answered = True
+    raise AssertionError("no report")

@@ -16,6 +16,7 @@ from pathlib import Path
 import trio
 
 from broker.app import BrokerHandle
+from broker.ha.epoch import EpochHistory
 from client.admin import main as admin_main
 from client.config import ClientConfig
 from client.message import Message, SendStatus
@@ -118,7 +119,11 @@ async def test_a_promoted_replica_serves_everything_acknowledged_and_takes_sends
                 code, out = await promote_with_the_cli(ns, replica.address)
                 assert code == 0, out
                 assert json.loads(out) == {"brokerAddr": replica.address, "epoch": 2}
-                assert (tmp_path / "r" / "config" / "haEpoch").read_text().strip() == "2"
+                durable = EpochHistory(tmp_path / "r" / "config" / "haEpoch", master=False)
+                assert durable.current == 2
+                # Epoch 2 starts where the replicated log ended (a timer may have written since).
+                assert durable.entries[-1].epoch == 2
+                assert durable.entries[-1].start <= replica.broker.store.log.end
                 assert not replica.broker.roles.is_replica
 
                 async def master_is_the_replica() -> bool:

@@ -14,7 +14,7 @@ import trio
 
 from broker.app import BrokerHandle
 from protocol.codes import RequestCode, ResponseCode
-from protocol.ha import Hello, MasterSide, Report, encode_batch, encode_hello, encode_report
+from protocol.ha import encode_batch, encode_report
 from protocol.headers.admin import CreateTopicRequestHeader
 from protocol.headers.send import SendMessageResponseHeader
 from protocol.message import MessageExt
@@ -25,6 +25,8 @@ from tests.broker.ha.support import (
     batch_command,
     follower,
     ha_addr,
+    handshake_as_master,
+    handshake_as_replica,
     log_image,
     open_master,
     open_replica,
@@ -175,7 +177,7 @@ async def test_sync_send_times_out_with_flush_slave_timeout_when_the_replica_is_
         ) as master:  # fmt: skip
             stalled = await trio.open_tcp_stream("127.0.0.1", master.ha_port or 0)
             async with stalled, trio.open_nursery() as nursery:
-                await stalled.send_all(encode_hello(Hello(NAME, 1, 0)) + encode_report(0))
+                await handshake_as_replica(stalled)
                 nursery.start_soon(drain, stalled)  # takes the log, never acknowledges it
                 await wait_replicas(master, 1)
                 async with open_client(master.port) as client:
@@ -306,7 +308,7 @@ async def test_sync_sends_on_one_connection_wait_for_their_copies_together(
         ) as master:
             replica = await trio.open_tcp_stream("127.0.0.1", master.ha_port or 0)
             async with replica, trio.open_nursery() as nursery, open_client(master.port) as client:
-                await replica.send_all(encode_hello(Hello(NAME, 1, 0)) + encode_report(0))
+                await handshake_as_replica(replica)
                 nursery.start_soon(drain, replica)
                 await wait_replicas(master, 1)
                 opaques = []
@@ -336,13 +338,8 @@ async def test_a_link_cut_inside_a_record_resumes_after_the_last_whole_record(
         reports: list[int] = []
 
         async def flaky_master(stream: trio.SocketStream) -> None:
-            side = MasterSide()
             with contextlib.suppress(trio.BrokenResourceError):
-                events: list[object] = []
-                while len(events) < 2:
-                    events += side.receive(await stream.receive_some(1024))
-                report = events[1]
-                assert isinstance(report, Report)
+                report = await handshake_as_master(stream, 1, len(log))
                 reports.append(report.offset)
                 if len(reports) == 1:
                     await stream.send_all(encode_batch(1, 0, len(log), log[:cut]))
