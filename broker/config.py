@@ -19,6 +19,7 @@ from broker.acl import AclFileError, load_rules
 from broker.clock import SYSTEM_CLOCK, Clock, DiskProbe, disk_used_ratio
 from broker.store.api import FlushMode
 from broker.store.config import StoreConfig
+from protocol.etcd import parse_endpoints
 
 WAKE_MODES = ("targeted", "topic", "none")
 RETRY_NAMINGS = ("v2", "v1")
@@ -147,6 +148,13 @@ class BrokerConfig:
     #: How long a sync send waits for its replicas before FLUSH_SLAVE_TIMEOUT (RocketMQ
     #: ``slaveTimeout``).
     replica_timeout_ms: int = 3000
+    #: Automatic failover (docs/ha.md): etcd members ``http://h1:2379,http://h2:2379``;
+    #: the group's master holds a lease-held key there, and an in-sync replica takes it
+    #: over when it lapses. None: no automatic failover (manual promotion only).
+    etcd_endpoints: str | None = None
+    #: The master lease's TTL: a dead master is replaced about this long after its last
+    #: renewal; a master that cannot renew within half of it refuses writes (fencing).
+    etcd_lease_ttl_s: int = 3
 
     def __post_init__(self) -> None:
         if self.wake_mode not in WAKE_MODES:
@@ -208,8 +216,20 @@ class BrokerConfig:
             raise ConfigError(f"ha_port {self.ha_port} is outside 0..65535")
         if self.ha_master_addr is not None and not _is_host_port(self.ha_master_addr):
             raise ConfigError(f"ha_master_addr: {self.ha_master_addr!r} is not HOST:PORT")
-        if self.is_replica and not (self.ha_master_addr or self.namesrv_addr):
-            raise ConfigError("a replica (broker_id >= 1) needs ha_master_addr or namesrv_addr")
+        if self.is_replica and not (
+            self.ha_master_addr or self.namesrv_addr or self.etcd_endpoints
+        ):
+            raise ConfigError(
+                "a replica (broker_id >= 1) needs ha_master_addr, namesrv_addr or etcd_endpoints"
+            )
+        if self.etcd_endpoints is not None:
+            try:
+                parse_endpoints(self.etcd_endpoints)
+            except ValueError as exc:
+                raise ConfigError(f"etcd_endpoints: {exc}") from None
+        if self.etcd_lease_ttl_s < 2:
+            # etcd's own floor is 1.5 x its election timeout (2 s by default).
+            raise ConfigError(f"etcd_lease_ttl_s must be at least 2, not {self.etcd_lease_ttl_s}")
 
     @property
     def stores_wait(self) -> bool:
@@ -501,6 +521,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--replica-timeout-ms",
         type=int,
         help="a sync send waits this long for its replicas: FLUSH_SLAVE_TIMEOUT (default 3000)",
+    )
+    p.add_argument(
+        "--etcd-endpoints",
+        help="automatic failover through these etcd members: http://h1:2379,http://h2:2379 "
+        "(default: none, manual promotion only)",
+    )
+    p.add_argument(
+        "--etcd-lease-ttl-s",
+        type=int,
+        help="the master lease's TTL in seconds: takeover after about this; fenced at half "
+        "(default 3)",
     )
     p.add_argument("--config", help="broker.toml with the same settings")
     return p

@@ -30,6 +30,7 @@ servers' expiry time. A stop takes at most about 2 x ``STOP_GRACE_S``.
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 
 import trio
 
@@ -165,6 +166,10 @@ class Registrar:
         self._stopped = trio.Event()
         self._loops = trio.CancelScope()
         self._tls = client_context(config.namesrv_tls_ca) if config.namesrv_tls else None
+        #: With automatic failover (docs/ha.md): the epoch a master's registration carries
+        #: (``trimqMasterEpoch``), so that name servers drop a stale master when a newer one
+        #: registers and refuse the stale one's registrations. None: no epoch sent.
+        self.master_epoch: Callable[[], int] | None = None
 
     def promoted(self, ha_address: str | None) -> None:
         """This replica became its group's master: register as brokerId 0 now, with its
@@ -226,6 +231,11 @@ class Registrar:
             broker_id=self.broker_id,
             compressed=False,
             body_crc32=body_crc32(body),
+            trimq_master_epoch=(
+                self.master_epoch()
+                if self.master_epoch is not None and self.broker_id == 0
+                else None
+            ),
         )
         return request(RequestCode.REGISTER_BROKER, 0, header.to_ext(), body)
 

@@ -41,6 +41,7 @@ from protocol.etcd import (
     lease_grant,
     lease_keepalive,
     lease_revoke,
+    parse_endpoints,
     range_request,
     txn,
 )
@@ -52,29 +53,6 @@ _log = get_logger("ha.etcd")
 
 class EtcdUnavailable(EtcdError):
     """No endpoint answered within the call's time."""
-
-
-def parse_endpoints(text: str) -> list[str]:
-    """``http://h1:2379,http://h2:2379`` (or bare ``h1:2379``) as ``HOST:PORT`` strings.
-
-    Raises:
-        ValueError: an endpoint is not ``[http://]HOST:PORT`` (https is not supported).
-    """
-    out: list[str] = []
-    for raw in text.split(","):
-        item = raw.strip().rstrip("/")
-        if not item:
-            continue
-        if item.startswith("https://"):
-            raise ValueError(f"{item}: TLS to etcd is not supported (use http:// on a private net)")
-        item = item.removeprefix("http://")
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"{raw.strip()!r} is not http://HOST:PORT")
-        out.append(f"{host}:{port}")
-    if not out:
-        raise ValueError("no etcd endpoint given")
-    return out
 
 
 @dataclass(frozen=True, slots=True)

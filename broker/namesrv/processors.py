@@ -65,6 +65,7 @@ async def register_broker(
             topics=wrapper.topic_config_table,
             data_version=wrapper.data_version,
             timeout_s=None if timeout is None else timeout / 1000,
+            master_epoch=header.trimq_master_epoch,
         ),
         ctx.now(),
     )

@@ -51,6 +51,8 @@ class Registration:
     data_version: DataVersion = field(default_factory=DataVersion)
     #: The broker's own ``heartbeatTimeoutMillis`` in seconds; None: the table's default.
     timeout_s: float | None = None
+    #: A master elected through etcd: its epoch (``trimqMasterEpoch``, docs/ha.md).
+    master_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,10 @@ class BrokerLive:
     def expired(self, now: float) -> bool:
         """Silent for its whole timeout (an age of exactly the timeout counts)."""
         return now - self.last_update >= self.timeout_s
+
+
+class StaleMasterError(InvalidParameterError):
+    """A deposed master's registration (an older epoch than the group's newest)."""
 
 
 def check_registration(reg: Registration) -> None:
@@ -122,6 +128,9 @@ class RouteTable:
         self._brokers: dict[str, BrokerData] = {}
         self._clusters: dict[str, set[str]] = {}
         self._live: dict[str, BrokerLive] = {}
+        #: Per broker name, the newest master epoch registered (kept after the master
+        #: leaves: a deposed master must not come back as master).
+        self._master_epochs: dict[str, int] = {}
 
     # ------------------------------------------------------------------ registration
     def register(self, reg: Registration, now: float) -> RegisterResult:
@@ -130,8 +139,11 @@ class RouteTable:
         Raises:
             InvalidParameterError: the registration is malformed (nothing is changed).
             IllegalNameError: a topic name breaks RocketMQ's rules (nothing is changed).
+            StaleMasterError: a master registers with an older epoch than one registered
+                before (nothing is changed).
         """
         check_registration(reg)
+        self._check_epoch(reg)
         self._move_cluster(reg.broker_name, reg.cluster)
         group = self._brokers.get(reg.broker_name)
         addrs = dict(group.broker_addrs) if group is not None else {}
@@ -159,6 +171,24 @@ class RouteTable:
             live = self._live.get(master) if master else None
             ha = live.ha_server_addr if live else None
         return RegisterResult(master, ha, first, applied)
+
+    def _check_epoch(self, reg: Registration) -> None:
+        """A master with an epoch: refuse an older one than registered before; a newer one
+        replaces the group's master address below (the stale one is dropped). Without an
+        epoch (RocketMQ's brokers, trimq without etcd) a registration is taken as before."""
+        if reg.broker_id != MASTER_ID or reg.master_epoch is None:
+            return
+        newest = self._master_epochs.get(reg.broker_name, 0)
+        if reg.master_epoch < newest:
+            raise StaleMasterError(
+                f"broker {reg.broker_name} at {reg.broker_addr}: master epoch "
+                f"{reg.master_epoch} is older than {newest}, the group's newest master's"
+            )
+        self._master_epochs[reg.broker_name] = reg.master_epoch
+
+    def master_epoch(self, broker_name: str) -> int | None:
+        """The newest master epoch registered for ``broker_name`` (None: none carried one)."""
+        return self._master_epochs.get(broker_name)
 
     def _move_cluster(self, broker_name: str, cluster: str) -> None:
         for name, members in list(self._clusters.items()):

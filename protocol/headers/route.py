@@ -51,6 +51,11 @@ class RegisterBrokerRequestHeader(Header):
         enable_acting_master: 5.x slave-acting-master mode.
         compressed: the body is compressed (Java's primitive ``boolean``: always sent).
         body_crc32: CRC32 of the body, 0 when not computed (always sent).
+        trimq_master_epoch: trimq's own: a master elected through etcd sends its epoch
+            (the etcd revision of its master key, docs/ha.md), so that a name server
+            drops a stale master when a newer one registers and refuses the stale one's
+            later registrations. RocketMQ's name servers ignore the unknown field; a
+            registration without it is treated as before.
     """
 
     broker_name: str
@@ -62,6 +67,7 @@ class RegisterBrokerRequestHeader(Header):
     enable_acting_master: bool | None = None
     compressed: bool = False
     body_crc32: int = 0
+    trimq_master_epoch: Long | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
