@@ -220,7 +220,8 @@ class BrokerConfig:
             self.ha_master_addr or self.namesrv_addr or self.etcd_endpoints
         ):
             raise ConfigError(
-                "a replica (broker_id >= 1) needs ha_master_addr, namesrv_addr or etcd_endpoints"
+                "a replica (broker_id >= 1) needs ha_master_addr or namesrv_addr "
+                "(or etcd_endpoints)"
             )
         if self.etcd_endpoints is not None:
             try:
