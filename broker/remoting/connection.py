@@ -113,8 +113,7 @@ class Connection:
         self.held = []
         try:
             if self.stream is not None and not self.closed:
-                async with self.write_lock:
-                    await _send_frames(self.stream, held)
+                await _send_locked(self.write_lock, self.stream, held)
         finally:
             self.written(len(held), sum(map(len, held)))
 
@@ -164,8 +163,7 @@ class Connection:
             # writing (both hold unsent frames while they do); the lock still orders us
             # before anything queued while our send_all blocks.
             if self.unsent == 1 and self.stream is not None:
-                async with self.write_lock:
-                    await self.stream.send_all(data)
+                await _send_locked(self.write_lock, self.stream, [data])
             else:
                 await self.send_channel.send(data)
                 queued = True
@@ -213,10 +211,26 @@ async def run_writer(
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
             try:
-                async with conn.write_lock:
-                    await _send_frames(stream, frames)
+                await _send_locked(conn.write_lock, stream, frames)
             finally:
                 conn.written(len(frames), sum(map(len, frames)))
+
+
+async def _send_locked(
+    lock: trio.StrictFIFOLock, stream: trio.abc.SendStream, frames: list[bytes]
+) -> None:
+    """:func:`_send_frames` holding ``lock``. A free lock is taken without ``acquire``'s
+    scheduling round (``async with lock`` yields once even when nobody holds it): with one
+    request in flight that round cost as much as the write itself, and ``send_all`` is a
+    checkpoint anyway. A held lock is waited for in FIFO order as before."""
+    try:
+        lock.acquire_nowait()
+    except trio.WouldBlock:
+        await lock.acquire()
+    try:
+        await _send_frames(stream, frames)
+    finally:
+        lock.release()
 
 
 async def _send_frames(stream: trio.abc.SendStream, frames: list[bytes]) -> None:
