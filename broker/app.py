@@ -23,9 +23,11 @@ from broker.config import BrokerConfig
 from broker.core.broker import Broker, BrokerStatistics, open_broker
 from broker.grpc.server import GrpcLimits, GrpcServerState, GrpcStatistics, serve_grpc
 from broker.grpc.service import GrpcEndpoint, build_service
+from broker.ha.election import FENCED_REFUSAL, Election, ElectionSettings, MasterRecord
+from broker.ha.etcd import EtcdClient, parse_endpoints
 from broker.ha.master import HaSettings, LogGrowth, MasterLink, serve_ha_master
 from broker.ha.metadata import MasterMetadata, ReplicaMetadata
-from broker.ha.replica import Follower
+from broker.ha.replica import Follower, MasterAddress
 from broker.logs import get_logger
 from broker.prometheus import RefusalSource, open_prometheus
 from broker.registration import NamesrvRoutes, Registrar
@@ -73,6 +75,8 @@ class BrokerHandle:
     ha_port: int | None = None
     #: A replica's link to its master (None on a master).
     follower: Follower | None = None
+    #: Automatic failover through etcd (None without ``etcd_endpoints``).
+    election: Election | None = None
 
     @property
     def broker(self) -> Broker:
@@ -126,6 +130,9 @@ async def serve_broker(
     stop, stopped = trio.Event(), trio.Event()
     try:
         async with open_broker(config, port=port, clock=clock, disk_probe=disk_probe) as broker:
+            # Fenced before any front end accepts a request: with etcd, a broker writes only
+            # while it holds its group's master lease.
+            elected = _Elected(broker) if config.etcd_endpoints else None
             dispatcher = broker_dispatcher(broker)
             ctx, server = dispatcher.ctx, dispatcher.ctx.server
             grpc_state = None if grpc_port is None else GrpcServerState()
@@ -182,7 +189,7 @@ async def serve_broker(
                     )
                 ha_host = broker.address.rpartition(":")[0]
                 ha_address = None if ha_port is None else f"{ha_host}:{ha_port}"
-                if ha_port is not None:
+                if ha_port is not None and elected is None:
                     await front.start(serve_ha_master, _master_link(broker), ha_listeners)
                 registrar = None
                 if config.namesrv_addr:
@@ -200,8 +207,12 @@ async def serve_broker(
                     )
                     broker.topics.subscribe(registrar.poke)
                     front.start_soon(registrar.run)
-                follower = _follower(broker, registrar) if config.is_replica else None
-                if follower is not None:
+                follower = (
+                    _follower(broker, registrar, None if elected is None else elected.master_ha)
+                    if config.is_replica
+                    else None
+                )
+                if follower is not None and elected is None:
                     await front.start(_follow_until_promoted, follower, broker)
                 _log.info("broker started", address=broker.address, port=port,
                           grpc_port=grpc_port, data_dir=str(config.data_dir),
@@ -212,6 +223,9 @@ async def serve_broker(
                     port, broker.address, ctx, stop, stopped, registrar, prometheus_port,
                     grpc_port, grpc_state, ha_port, follower,
                 )  # fmt: skip
+                if elected is not None:
+                    handle.election = elected.start(handle, front, ha_listeners, registrar)
+                    await front.start(handle.election.run)
                 if follower is not None:
                     front.start_soon(_serve_once_promoted, handle, registrar)
                 task_status.started(handle)
@@ -272,13 +286,18 @@ def _master_link(broker: Broker) -> MasterLink:
     )
 
 
-def _follower(broker: Broker, registrar: Registrar | None) -> Follower:
-    """A replica's link to its master: at ``--ha-master-addr``, else where the name
-    servers say the group's master serves its HA port."""
+def _follower(
+    broker: Broker, registrar: Registrar | None, elected: MasterAddress | None = None
+) -> Follower:
+    """A replica's link to its master: where the etcd election says (``elected``), else at
+    ``--ha-master-addr``, else where the name servers say the group's master serves its
+    HA port."""
     config = broker.config
     fixed = config.ha_master_addr
 
     async def master() -> str:
+        if elected is not None:
+            return await elected()
         if fixed is not None:
             return fixed
         assert registrar is not None  # config: a replica has one or the other
@@ -328,6 +347,75 @@ async def _serve_once_promoted(handle: BrokerHandle, registrar: Registrar | None
     _log.warning("serving as master", epoch=broker.roles.epochs.current, ha_port=handle.ha_port)
     if listeners:
         await serve_ha_master(_master_link(broker), listeners)
+
+
+class _Elected:
+    """Automatic failover (docs/ha.md): the broker's side of its group's etcd election.
+
+    Made right after the store opens, so that its fence guards every put from the first
+    request on (a broker writes only while it holds the master lease); :meth:`start`
+    builds the :class:`Election` once the front end exists. A broker started as master
+    serves its HA port only once elected, under the epoch the election gave it; a replica
+    follows whichever master the election names (its epoch accepted first, so a deposed
+    master's stream is refused), and one that wins is promoted with that epoch."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._fence: Election | None = None
+        self._leader = ""
+        broker.store.write_fence = self._refusal
+
+    def _refusal(self) -> str | None:
+        return FENCED_REFUSAL if self._fence is None else self._fence.write_refusal()
+
+    async def master_ha(self) -> str:
+        """The elected master's HA address (the follower runs only while one is known)."""
+        return self._leader
+
+    def start(
+        self,
+        handle: BrokerHandle,
+        front: trio.Nursery,
+        ha_listeners: list[trio.SocketListener],
+        registrar: Registrar | None,
+    ) -> Election:
+        broker, config = self.broker, self.broker.config
+        assert config.etcd_endpoints is not None
+        host = broker.address.rpartition(":")[0]
+
+        def become_master(epoch: int) -> None:
+            # A broker started as master: its writes from now on are epoch ``epoch``'s.
+            broker.roles.epochs.begin(epoch, broker.store.log.end)
+            if ha_listeners:
+                front.start_soon(serve_ha_master, _master_link(broker), ha_listeners)
+            if registrar is not None:
+                registrar.poke()  # the name servers learn the new epoch now
+
+        async def follow(record: MasterRecord) -> None:
+            assert handle.follower is not None
+            broker.roles.epochs.raise_to(record.epoch)
+            self._leader = record.ha_address
+            await handle.follower.run()
+
+        election = Election(
+            EtcdClient(parse_endpoints(config.etcd_endpoints)),
+            ElectionSettings(ttl_s=config.etcd_lease_ttl_s),
+            cluster=config.cluster,
+            broker_name=config.broker_name,
+            broker_id=config.broker_id,
+            address=broker.address,
+            replicas=broker.replicas,
+            is_replica=lambda: broker.roles.is_replica,
+            log_end=lambda: broker.store.log.end,
+            promote=broker.roles.promote,
+            become_master=become_master,
+            follow=follow,
+            ha_address=lambda: "" if handle.ha_port is None else f"{host}:{handle.ha_port}",
+        )
+        self._fence = election
+        if registrar is not None:
+            registrar.master_epoch = election.registered_epoch
+        return election
 
 
 def _utc(clock: Clock) -> datetime.datetime:

@@ -136,6 +136,10 @@ class MessageStore:
         #: Called (on the caller's thread, synchronously) whenever ``replicable_end`` moves
         #: on: the HA master's stream tasks wait on it instead of polling the log.
         self.on_grow: Callable[[], None] | None = None
+        #: Automatic failover (broker/ha/election.py): asked on every put; a reason means
+        #: this master does not hold its lease in time and must not write (fenced:
+        #: SERVICE_NOT_AVAILABLE with that reason). None: no election.
+        self.write_fence: Callable[[], str | None] | None = None
 
     @classmethod
     def open(
@@ -210,6 +214,8 @@ class MessageStore:
             raise StoreClosedError("the message store is closed")
         if self.config.replica:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=REPLICA_REFUSAL)
+        if self.write_fence is not None and (fenced := self.write_fence()) is not None:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, remark=fenced)
         if self.disk_error is not None and not self._retry_write_out():
             self._counters.put_errors += 1
             return PutResult(PutStatus.DISK_ERROR, remark=self._counters.last_disk_error)
