@@ -16,6 +16,7 @@ import trio
 from broker.app import BrokerHandle, ListenError, serve_broker
 from broker.config import BrokerConfig, ConfigError, build_parser, load
 from broker.gc_tuning import collect_periodically, tune_gc
+from broker.ha.role import RoleConflict
 from broker.logs import configure
 
 __all__ = ["build_parser", "main"]
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     refused: list[BaseException] = []
     try:
         trio.run(run, config)
-    except* ListenError as group:
+    except* (ListenError, RoleConflict) as group:
         refused += group.exceptions
     for error in refused:
         print(f"trimq-broker: {error}", file=sys.stderr)

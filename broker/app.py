@@ -28,6 +28,7 @@ from broker.ha.etcd import EtcdClient, parse_endpoints
 from broker.ha.master import HaSettings, LogGrowth, MasterLink, serve_ha_master
 from broker.ha.metadata import MasterMetadata, ReplicaMetadata
 from broker.ha.replica import Follower, MasterAddress
+from broker.ha.role import resolve_role
 from broker.logs import get_logger
 from broker.prometheus import RefusalSource, open_prometheus
 from broker.registration import NamesrvRoutes, Registrar
@@ -105,7 +106,10 @@ async def serve_broker(
 
     Raises:
         ListenError: one of its ports cannot be bound (nothing else was started).
+        RoleConflict: the flags ask for a role the data directory forbids (nothing started).
     """
+    # Before any port: a promotion recorded in the data directory wins over --broker-id.
+    config = resolve_role(config)
     opened: list[trio.SocketListener] = []
     try:
         listeners = await _listen(config.host, config.port, "Remoting (--port)", opened)

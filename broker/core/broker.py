@@ -46,6 +46,7 @@ from broker.deadlines import DeadlineLoop
 from broker.groups import SubscriptionGroupManager
 from broker.ha.acks import ReplicaSet, ReplicationPolicy, ReplicationStatistics
 from broker.ha.epoch import EpochHistory
+from broker.ha.role import role_path
 from broker.locks import RebalanceLocks
 from broker.logs import get_logger
 from broker.longpoll import Arrivals, PullHub, PullHubStatistics
@@ -211,6 +212,7 @@ def _roles(config: BrokerConfig, store: MessageStore, replicas: ReplicaSet,
         broker_id=config.broker_id,
         master_policy=_replication_policy(config, as_master=True),
         adopt_log=timers.adopt_log,
+        role_file=role_path(config.data_dir),
     )
 
 

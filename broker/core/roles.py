@@ -11,7 +11,9 @@ the old master's unreplicated tail — cuts it when it follows), then the store 
 replication (if configured) counts this broker's own replicas, the timer service adopts the
 delayed messages the old master streamed, and :attr:`RoleService.promoted` is set — the
 front end then stops following, serves an HA port and registers as brokerId 0, and the
-broker's own log writers (timers, revives, transaction check-backs) start.
+broker's own log writers (timers, revives, transaction check-backs) start. The promotion is
+recorded in ``config/haRole`` (before the history): a restart with the replica's flags
+comes back as master (:mod:`broker.ha.role`).
 
 What the promoted broker does not have (not replicated yet): the old master's pop leases
 (consumers re-pop from the replicated offsets, which stop at the oldest message in flight),
@@ -21,11 +23,13 @@ transaction bookkeeping. A master never truncates its own log.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import trio
 
 from broker.ha.acks import ReplicaSet, ReplicationPolicy
 from broker.ha.epoch import FIRST_EPOCH, EpochHistory
+from broker.ha.role import RoleRecord, save_role
 from broker.logs import get_logger
 from broker.store.store import MessageStore
 from protocol.codes import ResponseCode
@@ -46,6 +50,7 @@ class RoleService:
         broker_id: int,
         master_policy: ReplicationPolicy,
         adopt_log: Callable[[], None],
+        role_file: Path,
     ) -> None:
         self.store = store
         self.replicas = replicas
@@ -57,6 +62,8 @@ class RoleService:
         #: Takes over what the old master's log holds for the broker's own writers (the
         #: timer service's delayed messages).
         self.adopt_log = adopt_log
+        #: Where a promotion is recorded, so that a restart keeps it (``config/haRole``).
+        self.role_file = role_file
         #: Set once a replica became the master (never on a broker started as master).
         self.promoted = trio.Event()
 
@@ -97,6 +104,8 @@ class RoleService:
                 code=ResponseCode.ILLEGAL_OPERATION,
             )
         try:
+            # The record first: it counts only once the history holds its epoch too.
+            save_role(self.role_file, RoleRecord(new, promoted=True))
             self.epochs.begin(new, self.store.log.end)
         except OSError as exc:
             raise BrokerError(

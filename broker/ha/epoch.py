@@ -63,7 +63,7 @@ class EpochHistory:
         data = read_optional(path)
         if data is not None:
             self.fence, self.entries = _decode(path, data)
-        elif master:
+        if master and self.fence == 0:  # new, or a replica's that never heard of a master
             self._save(FIRST_EPOCH, (EpochEntry(FIRST_EPOCH, 0),))
 
     @property
