@@ -1,0 +1,390 @@
+"""The failover campaign (issue 19, docs/ha.md): ``kill -9`` of the current master, N
+times at random moments, under producers, with automatic failover through etcd.
+
+One broker group of three broker processes (``--replication sync --min-insync-replicas
+2``, ``--etcd-endpoints`` of a 3-member etcd on loopback, ``--etcd-lease-ttl-s``), and
+``--producers`` tasks sending unique keys through trimq's own client to whichever broker
+the election names. Each round: traffic for a random 0.5-2.5 s, ``kill -9`` of the master,
+then wait until a new master answers SEND_OK; the killed broker is restarted as a replica
+(its ``config/haRole`` removed: the operator's demotion, docs/design.md §13) and the round
+ends once the in-sync set has all three again (so that the next kill has an in-sync
+candidate: there is no unclean election).
+
+At the end every broker is stopped and the final master's store is read directly:
+
+- **lost**: a key answered SEND_OK that is not stored (must be 0);
+- **duplicates**: stored copies beyond one per key (a retry after an ambiguous answer);
+- **unavailability** per failover: from the kill to the first SEND_OK of any producer on
+  the new master, and the election's part (kill to the new master key);
+- **masters**: the master epochs seen, strictly rising (no two masters under one epoch),
+  and the epoch history of the final master.
+
+Bounded: every wait has a deadline; every process started here is stopped by its pid.
+Usage: ``python -m scripts.failover_campaign --kills 20 --out campaign.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import trio
+
+from broker.ha.election import InSyncSet, Keys, MasterRecord
+from broker.ha.etcd import EtcdClient, EtcdError, parse_endpoints
+from broker.store.config import StoreConfig
+from broker.store.store import MessageStore
+from client import ClientConfig, Message, Producer, SendStatus
+from protocol.message import decode_records
+from scripts.etcd_local import EtcdCluster
+
+NAME = "broker-fo"
+CLUSTER = "DefaultCluster"
+TOPIC = "Campaign"
+#: Upper bound of any single wait (a start, an election, a catch-up) on a loaded machine.
+WAIT_S = 90.0
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class BrokerProc:
+    """One broker process of the group; ``slot`` is its replica id (>= 1) once restarted."""
+
+    slot: int
+    data_dir: Path
+    log_path: Path
+    process: trio.Process | None = None
+    port: int = 0
+    broker_id: int = 0
+
+    async def start(self, broker_id: int, endpoints: str, ttl_s: int) -> None:
+        self.broker_id = broker_id
+        argv = [
+            sys.executable, "-m", "broker", "--host", "127.0.0.1", "--port", "0",
+            "--ha-port", "0", "--grpc-port", "0", "--data-dir", str(self.data_dir),
+            "--broker-name", NAME, "--broker-id", str(broker_id),
+            "--replication", "sync", "--min-insync-replicas", "2",
+            "--etcd-endpoints", endpoints, "--etcd-lease-ttl-s", str(ttl_s),
+        ]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRIMQ_")}
+        env["TRIMQ_SEGMENT_SIZE"] = str(8 << 20)
+        env["TRIMQ_DISK_FULL_RATIO"] = "0"
+        log = _append(self.log_path)
+        since = log.tell()  # this life's lines only (the file keeps earlier lives')
+        try:
+            self.process = await trio.lowlevel.open_process(
+                argv, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=log,
+            )  # fmt: skip
+        finally:
+            log.close()  # the child holds its own descriptor
+        with trio.fail_after(WAIT_S):
+            while not self.port:  # bounded by fail_after
+                self.port = self._started_port(since)
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"broker {self.slot} exited: see {self.log_path}")
+                await trio.sleep(0.05)
+
+    def _started_port(self, since: int) -> int:
+        with open(self.log_path, "rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
+        for line in text.splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("event") == "broker started":
+                return int(entry["port"])
+        return 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def kill9(self) -> None:
+        assert self.process is not None
+        self.process.kill()  # this process only, by its pid
+        with trio.fail_after(WAIT_S):
+            await self.process.wait()
+        self.port = 0
+
+    async def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        with trio.move_on_after(30):
+            await self.process.wait()
+        if self.process.poll() is None:
+            self.process.kill()
+            await self.process.wait()
+
+
+@dataclass
+class Failover:
+    """One kill and what followed."""
+
+    killed_slot: int
+    old_epoch: int
+    new_epoch: int = 0
+    #: Kill -> the new master key in etcd.
+    election_s: float = 0.0
+    #: Kill -> the first SEND_OK of any producer on the new master.
+    unavailable_s: float = 0.0
+
+
+@dataclass
+class Traffic:
+    """What the producers saw."""
+
+    #: key -> monotonic time of its SEND_OK and the epoch of the master that gave it.
+    acked: dict[str, tuple[float, int]] = field(default_factory=dict)
+    #: Sends that raised or came back non-OK (each is retried with the same key).
+    failed: int = 0
+    ambiguous: int = 0
+    last_error: str = ""
+    leader: MasterRecord | None = None
+    leader_changed: trio.Event = field(default_factory=trio.Event)
+    #: Set on every SEND_OK (the campaign waits on it for the first one after a kill).
+    acked_event: trio.Event = field(default_factory=trio.Event)
+    stop: bool = False
+
+    def ack(self, key: str, epoch: int) -> None:
+        self.acked[key] = (time.monotonic(), epoch)
+        self.acked_event.set()
+        self.acked_event = trio.Event()
+
+
+async def read_master(client: EtcdClient) -> MasterRecord | None:
+    kv = await client.get(Keys(CLUSTER, NAME).master)
+    return None if kv is None else MasterRecord.from_kv(kv)
+
+
+async def watch_leader(client: EtcdClient, traffic: Traffic) -> None:
+    """Keep ``traffic.leader`` on the elected master (etcd is another process: polled)."""
+    while not traffic.stop:  # ends with the campaign
+        try:
+            record = await read_master(client)
+        except EtcdError:
+            record = None
+        if record != traffic.leader and (record is None or record.address):
+            traffic.leader = record
+            traffic.leader_changed.set()
+            traffic.leader_changed = trio.Event()
+        await trio.sleep(0.05)
+
+
+async def produce(label: str, traffic: Traffic) -> None:
+    """Send unique keys to the current master; a key is retried (same key) until SEND_OK."""
+    for i in itertools.count():
+        key = f"{label}-{i}"
+        while True:  # until SEND_OK or the end of the campaign
+            if traffic.stop:
+                return
+            leader = traffic.leader
+            if leader is None:
+                await traffic.leader_changed.wait()
+                continue
+            config = ClientConfig(namesrv_addr=leader.address, request_timeout=2.0)
+            try:
+                async with Producer(config, group="campaign", retry_times=0) as producer:
+                    while traffic.leader == leader and not traffic.stop:
+                        receipt = await producer.send(Message(TOPIC, key.encode(), keys=[key]))
+                        if receipt.status is SendStatus.SEND_OK:
+                            traffic.ack(key, leader.epoch)
+                            break
+                        traffic.ambiguous += 1  # stored, not acknowledged: retried
+                    else:
+                        continue
+                    break
+            except Exception as exc:  # every failure is retried; the kind is reported
+                traffic.failed += 1
+                cause: BaseException = exc
+                while isinstance(cause, BaseExceptionGroup) and cause.exceptions:
+                    cause = cause.exceptions[0]  # the cause, not trio's wrapper
+                traffic.last_error = f"{type(cause).__name__}: {cause}"[:200]
+                await trio.sleep(0.05)
+
+
+async def wait_insync(client: EtcdClient, count: int) -> None:
+    with trio.fail_after(WAIT_S):
+        for _ in itertools.count():  # etcd is another process: read again
+            try:
+                found = InSyncSet.from_kv(await client.get(Keys(CLUSTER, NAME).insync))
+            except EtcdError:
+                found = None
+            if found is not None and len(found.members) >= count:
+                return
+            await trio.sleep(0.1)
+
+
+def stored_keys(data_dir: Path) -> tuple[Counter[str], dict[str, Any]]:
+    """Every copy of every key in the store at ``data_dir`` (opened read-only in effect:
+    the broker is stopped), and its epoch history."""
+    store = MessageStore.open(StoreConfig(data_dir=data_dir, segment_size=8 << 20, replica=True))
+    copies: Counter[str] = Counter()
+    try:
+        for queue_id in store.topics().get(TOPIC, []):
+            offset = 0
+            for _ in range(10_000_000):  # bounded: 256 messages per read
+                result = store.get(TOPIC, queue_id, offset, 256)
+                if not result.count:
+                    break
+                for record in decode_records(result.body):
+                    copies[record.body.decode()] += 1
+                offset = result.next_offset
+    finally:
+        store.close()
+    epochs_file = data_dir / "config" / "haEpoch"
+    history = json.loads(epochs_file.read_text()) if epochs_file.exists() else {}
+    return copies, history
+
+
+async def campaign(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    etcd = EtcdCluster.start(root / "etcd")
+    brokers = [BrokerProc(slot, root / f"b{slot}", root / f"b{slot}.log") for slot in (1, 2, 3)]
+    failovers: list[Failover] = []
+    traffic = Traffic()
+    client = EtcdClient(parse_endpoints(etcd.endpoints))
+    epochs_seen: list[int] = []
+    try:
+        # Slot 3 starts the group as broker id 0; slots 1 and 2 are replicas 1 and 2.
+        for b in brokers:
+            await b.start(0 if b.slot == 3 else b.slot, etcd.endpoints, args.ttl)
+        await wait_insync(client, 3)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch_leader, client, traffic)
+            for n in range(args.producers):
+                nursery.start_soon(produce, f"p{n}", traffic)
+            for round_no in range(args.kills):
+                await trio.sleep(rng.uniform(0.5, 2.5))
+                master = await read_master(client)
+                assert master is not None, "no master between rounds"
+                epochs_seen.append(master.epoch)
+                victim = next(b for b in brokers if b.address == master.address)
+                before = len(traffic.acked)
+                killed = time.monotonic()
+                await victim.kill9()
+                failover = Failover(victim.slot, master.epoch)
+                with trio.fail_after(WAIT_S):
+                    while True:  # bounded by fail_after
+                        new = await read_master(client)
+                        if new is not None and new.epoch != master.epoch:
+                            break
+                        await trio.sleep(0.02)
+                failover.new_epoch = new.epoch
+                failover.election_s = time.monotonic() - killed
+                # The first SEND_OK from the new master (replies of the old one may still
+                # arrive after the kill).
+                with trio.fail_after(WAIT_S):
+                    while not any(e == new.epoch for _, e in traffic.acked.values()):  # bounded
+                        await traffic.acked_event.wait()
+                first = min(t for t, e in traffic.acked.values() if e == new.epoch)
+                failover.unavailable_s = first - killed
+                failovers.append(failover)
+                # The killed broker comes back as a replica of the new master.
+                (victim.data_dir / "config" / "haRole").unlink(missing_ok=True)
+                await victim.start(victim.slot, etcd.endpoints, args.ttl)
+                await wait_insync(client, 3)
+                print(
+                    f"round {round_no + 1}/{args.kills}: killed slot {victim.slot} "
+                    f"(epoch {failover.old_epoch} -> {failover.new_epoch}), election "
+                    f"{failover.election_s:.2f} s, unavailable {failover.unavailable_s:.2f} s, "
+                    f"acked {len(traffic.acked)} (+{len(traffic.acked) - before})",
+                    flush=True,
+                )
+            await trio.sleep(1.0)
+            traffic.stop = True
+            traffic.leader_changed.set()
+            nursery.cancel_scope.cancel()
+        final = await read_master(client)
+        assert final is not None
+        final_broker = next(b for b in brokers if b.address == final.address)
+    finally:
+        for b in brokers:
+            with trio.CancelScope(shield=True):
+                await b.stop()
+        etcd.stop()
+    copies, history = stored_keys(final_broker.data_dir)
+    lost = sorted(set(traffic.acked) - set(copies))
+    duplicates = sum(n - 1 for n in copies.values() if n > 1)
+    unavailable = [f.unavailable_s for f in failovers]
+    elections = [f.election_s for f in failovers]
+    rising = all(b > a for a, b in itertools.pairwise([f.old_epoch for f in failovers]))
+    return {
+        "kills": len(failovers),
+        "ttl_s": args.ttl,
+        "producers": args.producers,
+        "acknowledged": len(traffic.acked),
+        "stored_keys": len(copies),
+        "lost": len(lost),
+        "lost_sample": lost[:10],
+        "duplicates": duplicates,
+        "failed_sends": traffic.failed,
+        "ambiguous_answers": traffic.ambiguous,
+        "last_send_error": traffic.last_error,
+        "epochs_rising": rising,
+        "final_epoch_history": history,
+        "election_s": _summary(elections),
+        "unavailable_s": _summary(unavailable),
+        "failovers": [f.__dict__ for f in failovers],
+    }
+
+
+def _append(path: Path) -> BinaryIO:
+    """The broker's log file, opened for the child's stderr (a sync open: it is small)."""
+    return open(path, "ab")  # closed by the caller once the child has it
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+    return {
+        "p50": round(statistics.median(ordered), 3),
+        "max": round(ordered[-1], 3),
+        "min": round(ordered[0], 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--producers", type=int, default=4)
+    parser.add_argument("--ttl", type=int, default=3, help="--etcd-lease-ttl-s")
+    parser.add_argument("--seed", type=int, default=19)
+    parser.add_argument("--out", help="write the result as JSON here")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="trimq-campaign-"))
+    started = time.monotonic()
+    result = trio.run(campaign, args, root)
+    result["seconds"] = round(time.monotonic() - started, 1)
+    result["work_dir"] = str(root) if args.keep else None
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    if not args.keep:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+    return 1 if result["lost"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
