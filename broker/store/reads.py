@@ -42,12 +42,20 @@ def read_queue(
     max_bytes: int,
     tags_codes: frozenset[int] | None,
     record_filter: RecordFilter | None = None,
+    high: int | None = None,
 ) -> GetResult:
     """Up to ``max_count`` records (and ``max_bytes``, but at least one) from ``offset`` of a
     queue whose first live entry is ``low``; with ``tags_codes``, only those tag hashes; with
-    ``record_filter``, only the records it passes (a property filter: it reads each one)."""
-    high = cq.max_offset
+    ``record_filter``, only the records it passes (a property filter: it reads each one);
+    entries from ``high`` on are not served (default: the queue's end; a replica's confirmed
+    offset may stop it earlier)."""
+    high = cq.max_offset if high is None else high
     status = position_status(offset, low, high)
+    held_past = high < cq.max_offset and max(low, high) <= offset <= cq.max_offset
+    if held_past and status is not None and status is not GetStatus.OFFSET_TOO_SMALL:
+        # Past what may be served, not past what is held (a replica's unconfirmed tail,
+        # read on the master already): "caught up", never a reset backwards.
+        status = GetStatus.OFFSET_OVERFLOW_ONE
     if status is not None:
         # An empty queue: its first message will be at ``high`` (0), as RocketMQ answers;
         # echoing ``offset`` would make a consumer ahead of a crash skip new messages.
@@ -57,15 +65,25 @@ def read_queue(
             GetStatus.NO_MESSAGE_IN_QUEUE: high,
         }
         return GetResult(status, restart.get(status, offset), low, high)
+    filtered = tags_codes is not None or record_filter is not None
+    if not filtered:
+        entries = cq.entries(offset, min(max_count, high - offset))
+        span = _read_span(log, entries, max_count, max_bytes)
+        if span is not None:
+            body, count = span
+            phys = tuple([where for where, _, _ in entries[:count]])
+            return GetResult(
+                GetStatus.FOUND, offset + count, low, high, body,
+                tuple(range(offset, offset + count)), phys,
+            )  # fmt: skip
     records: list[bytes] = []
     offsets: list[int] = []
-    phys: list[int] = []
+    phys_list: list[int] = []
     total = 0
     nxt = offset
-    filtered = tags_codes is not None or record_filter is not None
     budget = MAX_FILTER_SCAN if filtered else max_count
     for entry_offset, (where, size, tags_code) in enumerate(
-        cq.entries(offset, max(budget, max_count)), start=offset
+        cq.entries(offset, min(max(budget, max_count), high - offset)), start=offset
     ):
         if len(records) >= max_count or (records and total + size > max_bytes):
             break
@@ -79,12 +97,39 @@ def read_queue(
             continue
         records.append(data)
         offsets.append(entry_offset)
-        phys.append(where)
+        phys_list.append(where)
         total += size
     found = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
     return GetResult(
-        found, nxt, low, high, b"".join(records), tuple(offsets), tuple(phys)
+        found, nxt, low, high, b"".join(records), tuple(offsets), tuple(phys_list)
     )  # fmt: skip
+
+
+def _read_span(
+    log: CommitLog, entries: list[tuple[int, int, int]], max_count: int, max_bytes: int
+) -> tuple[bytes, int] | None:
+    """An unfiltered read's records in one read when they lie back to back in the log (one
+    queue written alone, or a burst of it), with how many there are: what the record by
+    record loop of :func:`read_queue` gives then, without a read and a copy per record.
+    None when they do not, or the span is not in one place (across a segment, or the
+    in-memory tail's start), or a record is gone: then that loop reads them one by one."""
+    if not entries:
+        return None
+    first = entries[0][0]
+    end = first
+    count = 0
+    for where, size, _ in entries:
+        if count >= max_count or (count and end - first + size > max_bytes):
+            break
+        if where != end:
+            return None
+        end += size
+        count += 1
+    try:
+        body = log.read_some(first, end - first)
+    except ValueError:  # outside the log: retention removed the first record
+        return None
+    return (body, count) if len(body) == end - first else None
 
 
 def record_at(log: CommitLog, commit_log_offset: int) -> bytes | None:
