@@ -111,13 +111,9 @@ class PullService:
                 ``SUBSCRIPTION_PARSE_FAILED``.
             IllegalNameError: the group name is illegal (checked when committing).
         """
-        check_readable(self.topics, req.topic, req.queue_id, req.group)
-        wanted = self.filter_of(req)
-        if req.commit_offset is not None:
-            self.offsets.commit_checked(req.group, req.topic, req.queue_id, req.commit_offset)
-        result = self._read(req, wanted)
-        hold_s = max(0, min(hold_ms, self.max_hold_ms)) / 1000
-        if hold_s <= 0 or self.stopping.is_set() or not caught_up(result.status, req.offset):
+        wanted, result = self._start(req)
+        hold_s = self._hold_s(req, result, hold_ms)
+        if hold_s <= 0:
             return result
         # No lost wake-up: the read above and the registration inside PullHub.wait (it
         # registers before its first checkpoint) run in one synchronous step of this task,
@@ -133,6 +129,33 @@ class PullService:
         # Woken by a matching message: read once more and answer whatever it finds
         # (RocketMQ's executeRequestWhenWakeup with brokerAllowSuspend = false).
         return self._read(req, wanted)
+
+    def pull_nowait(self, req: PullRequest, *, hold_ms: int) -> GetResult | None:
+        """:meth:`pull` when it would not hold the request, without a checkpoint: its
+        answer; None when it would (then :meth:`pull` it, which commits the piggy-backed
+        offset again: the same offset, a no-op).
+
+        Raises:
+            BrokerError, IllegalNameError: as :meth:`pull`.
+        """
+        _, result = self._start(req)
+        return None if self._hold_s(req, result, hold_ms) > 0 else result
+
+    def _start(self, req: PullRequest) -> tuple[MessageFilter, GetResult]:
+        """Check, commit the piggy-backed offset, read: the filter and the first read."""
+        check_readable(self.topics, req.topic, req.queue_id, req.group)
+        wanted = self.filter_of(req)
+        if req.commit_offset is not None:
+            self.offsets.commit_checked(req.group, req.topic, req.queue_id, req.commit_offset)
+        return wanted, self._read(req, wanted)
+
+    def _hold_s(self, req: PullRequest, result: GetResult, hold_ms: int) -> float:
+        """How long to hold a pull that read ``result`` first: 0 unless it is caught up,
+        asks for a hold (capped by ``max_hold_ms``) and the broker is not stopping."""
+        hold_s = max(0, min(hold_ms, self.max_hold_ms)) / 1000
+        if hold_s <= 0 or self.stopping.is_set() or not caught_up(result.status, req.offset):
+            return 0
+        return hold_s
 
     def _read(self, req: PullRequest, wanted: MessageFilter) -> GetResult:
         count = min(max(req.max_nums, 1), MAX_PULL_MESSAGES)

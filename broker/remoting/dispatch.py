@@ -11,8 +11,9 @@ anything else is a ``SYSTEM_ERROR`` and is logged.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from broker.logs import get_logger
 from protocol.codes import ResponseCode
@@ -28,6 +29,20 @@ Handler = Callable[[Ctx, "Connection", RemotingCommand], Awaitable[RemotingComma
 _log = get_logger("dispatch")
 
 
+class Later(enum.Enum):
+    """The type of :data:`LATER`."""
+
+    LATER = "LATER"
+
+
+#: What a quick handler returns for a request that must wait after all.
+LATER: Final = Later.LATER
+#: ``def quick(ctx, conn, cmd)``: the reply of a request that may wait (a long poll) when it
+#: need not, found without waiting, else :data:`LATER` (its :data:`Handler` then runs it
+#: from the start in a task of its own, so the quick one must leave nothing half done).
+QuickHandler = Callable[[Ctx, "Connection", RemotingCommand], RemotingCommand | Later | None]
+
+
 class Registry(Generic[Ctx]):
     """Request code → handler for one kind of server."""
 
@@ -38,6 +53,8 @@ class Registry(Generic[Ctx]):
         self.parking: set[int] = set()
         #: Codes whose handler stores messages: in SYNC mode they wait for an fsync.
         self.storing: set[int] = set()
+        #: Parking codes whose request may be answered at once, by these.
+        self.quick: dict[int, QuickHandler[Ctx]] = {}
 
     def register(
         self,
@@ -46,9 +63,11 @@ class Registry(Generic[Ctx]):
         *,
         parks: bool = False,
         stores: bool = False,
+        quick: QuickHandler[Ctx] | None = None,
     ) -> None:
         """Serve ``codes`` with ``handler``; ``parks``: it may hold the request (a long
-        poll); ``stores``: it waits for durability in SYNC mode.
+        poll); ``stores``: it waits for durability in SYNC mode; ``quick``: answers a parking
+        request at once when it need not wait (:meth:`answer_now`).
 
         Raises:
             ValueError: a code already has another handler (a table with a duplicate row).
@@ -61,6 +80,8 @@ class Registry(Generic[Ctx]):
                 self.parking.add(int(code))
             if stores:
                 self.storing.add(int(code))
+            if quick is not None:
+                self.quick[int(code)] = quick
 
     def may_wait(self, code: int, *, sync: bool) -> bool:
         """Whether a request with ``code`` may wait long enough to need a task of its own."""
@@ -79,10 +100,32 @@ class Registry(Generic[Ctx]):
         else:
             try:
                 reply = await handler(ctx, conn, cmd)
-            except TrimqError as exc:  # EncodeError included
-                reply = cmd.response(exc.code, str(exc))
             except Exception as exc:  # a handler bug must cost one request, not the connection
-                _log.exception("processor failed", server=self.name, code=cmd.code,
-                               opaque=cmd.opaque)  # fmt: skip
-                reply = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+                reply = self._failed(cmd, exc)
         return None if cmd.is_oneway else reply
+
+    def answer_now(
+        self, ctx: Ctx, conn: Connection, cmd: RemotingCommand
+    ) -> RemotingCommand | Later | None:
+        """The reply of ``cmd`` from its quick handler, without waiting (errors become error
+        replies as in :meth:`dispatch`), or :data:`LATER`: it has none, or the request must
+        wait (then :meth:`dispatch` it, in a task)."""
+        quick = self.quick.get(cmd.code)
+        if quick is None:
+            return LATER
+        try:
+            reply = quick(ctx, conn, cmd)
+        except Exception as exc:
+            reply = self._failed(cmd, exc)
+        if reply is LATER:
+            return LATER
+        return None if cmd.is_oneway else reply
+
+    def _failed(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        """The reply to a request whose handler raised ``exc`` (called in the ``except``
+        block: a bug is logged with its traceback)."""
+        if isinstance(exc, TrimqError):  # EncodeError included
+            return cmd.response(exc.code, str(exc))
+        _log.exception("processor failed", server=self.name, code=cmd.code,
+                       opaque=cmd.opaque)  # fmt: skip
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")

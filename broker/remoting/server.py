@@ -42,7 +42,7 @@ import trio
 from broker.logs import get_logger
 from broker.peers import PeerCounts, peer_of
 from broker.remoting.connection import Connection, encode_reply, run_writer
-from broker.remoting.dispatch import Registry
+from broker.remoting.dispatch import LATER, Later, Registry
 from broker.tls import TlsPolicy
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
@@ -84,6 +84,10 @@ class Dispatcher(Protocol):
 
     def may_wait(self, code: int) -> bool:
         """Whether a request with ``code`` may wait long enough to need a task of its own."""
+
+    def answer_now(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Later | None:
+        """The reply of a request that may wait, when it need not (found without waiting);
+        :data:`~broker.remoting.dispatch.LATER` when it must (then dispatch it in a task)."""
 
     def queue_bound_s(self, code: int) -> float:
         """How long a request with ``code`` may wait in line (read but not yet started)
@@ -143,17 +147,28 @@ class BoundRegistry(Generic[Ctx]):
         """Run the handler of ``cmd.code`` (errors become error replies), unless the guard
         refuses it. Returns the registry's coroutine itself: no coroutine frame of its own
         per request."""
-        if self.guard is not None:
-            refusal = self.guard(conn.peer, cmd)
-            if refusal is not None:
-                if self._state is not None:
-                    self._state.denied += 1
-                return _answer(None if cmd.is_oneway else refusal)
+        if self.guard is not None and (refusal := self._refusal(conn, cmd)) is not None:
+            return _answer(None if cmd.is_oneway else refusal)
         return self.registry.dispatch(self.ctx, conn, cmd)
+
+    def _refusal(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | None:
+        """The guard's refusal of ``cmd`` (counted), or None when it may run."""
+        assert self.guard is not None
+        refusal = self.guard(conn.peer, cmd)
+        if refusal is not None and self._state is not None:
+            self._state.denied += 1
+        return refusal
 
     def may_wait(self, code: int) -> bool:
         """Parking codes, and storing codes in SYNC mode."""
         return code in self._waiting
+
+    def answer_now(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Later | None:
+        """The registry's quick handler of ``cmd.code``, unless the guard refuses ``cmd``
+        (then the refusal, as :meth:`dispatch` answers it)."""
+        if self.guard is not None and (refusal := self._refusal(conn, cmd)) is not None:
+            return None if cmd.is_oneway else refusal
+        return self.registry.answer_now(self.ctx, conn, cmd)
 
     def queue_bound_s(self, code: int) -> float:
         """``send_queue_wait_s`` for storing codes, ``queue_wait_s`` for the rest."""
@@ -548,7 +563,7 @@ async def _run_requests(
                     f"system busy: {conn.unsent_bytes} bytes of replies to this connection "
                     f"are unread (limit {limits.max_unsent_bytes})",
                 )
-            else:
+            elif not _answer_now(dispatcher, state, conn, cmd):
                 conn.waiting += 1
                 nursery.start_soon(_run_request, dispatcher, state, conn, cmd, received_at)
             if len(conn.held) >= _MAX_HELD:  # bounds what one read can pile up
@@ -588,6 +603,25 @@ async def _run_inline(
             conn.hold(encode_reply(conn.protocol, cmd, reply))
     finally:
         state.request_finished()
+
+
+def _answer_now(
+    dispatcher: Dispatcher, state: ServerState, conn: Connection, cmd: RemotingCommand
+) -> bool:
+    """Answer a request that may wait, in the reader, when its answer is ready (a pull of a
+    queue with messages to read): a task per such request cost more than the request. Its
+    reply is held for the burst's write. False when it must wait after all (a task runs it).
+    """
+    reply = dispatcher.answer_now(conn, cmd)
+    if reply is LATER:
+        return False
+    state.request_started()
+    try:
+        if reply is not None and not cmd.is_oneway and not conn.closed:
+            conn.hold(encode_reply(conn.protocol, cmd, reply))
+    finally:
+        state.request_finished()
+    return True
 
 
 async def _run_request(

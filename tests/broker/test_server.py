@@ -22,6 +22,7 @@ import trio
 import trio.testing
 
 from broker.remoting.connection import Connection
+from broker.remoting.dispatch import LATER, Later
 from broker.remoting.processors import build_registry
 from broker.remoting.server import (
     Dispatcher,
@@ -713,6 +714,9 @@ class FakeDispatcher:
 
     def may_wait(self, code: int) -> bool:
         return code == PARK
+
+    def answer_now(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Later | None:
+        return LATER
 
     def queue_bound_s(self, code: int) -> float:
         return self.shortest_queue_bound_s

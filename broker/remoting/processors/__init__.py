@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from broker.acl import AclGuard
 from broker.core.broker import Broker
 from broker.remoting.context import BrokerContext
-from broker.remoting.dispatch import Handler, Registry
+from broker.remoting.dispatch import Handler, QuickHandler, Registry
 from broker.remoting.processors import (
     ack,
     admin,
@@ -42,6 +42,8 @@ class Entry:
     parks: bool = False
     #: It waits for durability in SYNC flush mode: its own task there.
     stores: bool = False
+    #: Answers a request that ``parks`` at once when it need not wait (in the reader).
+    quick: QuickHandler[BrokerContext] | None = None
 
 
 #: Every request code the broker serves.
@@ -82,6 +84,7 @@ TABLE: tuple[Entry, ...] = (
         ),
         pull.pull_message,
         parks=True,
+        quick=pull.pull_message_now,
     ),
     Entry((RequestCode.VIEW_MESSAGE_BY_ID,), query.view_message_by_id),
     Entry((RequestCode.QUERY_MESSAGE,), query.query_message),
@@ -104,7 +107,9 @@ def build_registry() -> Registry[BrokerContext]:
     """A registry holding :data:`TABLE`."""
     registry: Registry[BrokerContext] = Registry("broker")
     for entry in TABLE:
-        registry.register(entry.codes, entry.handler, parks=entry.parks, stores=entry.stores)
+        registry.register(
+            entry.codes, entry.handler, parks=entry.parks, stores=entry.stores, quick=entry.quick
+        )
     return registry
 
 

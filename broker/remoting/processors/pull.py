@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from broker.core.pull import PullRequest, caught_up
 from broker.remoting.connection import Connection
 from broker.remoting.context import BrokerContext
+from broker.remoting.dispatch import LATER, Later
 from broker.store.api import GetResult, GetStatus
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
@@ -87,3 +88,14 @@ async def pull_message(
     header = PullMessageRequestHeader.from_ext(cmd.ext_fields)
     result = await ctx.broker.pulls.pull(pull_request(header), hold_ms=hold_ms(header))
     return answer(cmd, result, header.queue_offset)
+
+
+def pull_message_now(
+    ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
+) -> RemotingCommand | Later:
+    """Serve a pull at once when it need not be held (there is something to read, or it
+    asks for no hold): no task of its own (:meth:`broker.core.pull.PullService.pull_nowait`).
+    """
+    header = PullMessageRequestHeader.from_ext(cmd.ext_fields)
+    result = ctx.broker.pulls.pull_nowait(pull_request(header), hold_ms=hold_ms(header))
+    return LATER if result is None else answer(cmd, result, header.queue_offset)
