@@ -123,6 +123,13 @@ def decode_json(data: bytes | bytearray) -> Header:
         raise HeaderError(f"JSON header does not parse: {exc}", serialize_type=stype) from None
     if type(obj) is not dict:
         raise HeaderError("JSON header must be an object", serialize_type=stype)
+    return _plain_header(obj) or _checked_header(obj)
+
+
+def _checked_header(obj: dict[str, Any]) -> Header:
+    """The header of a JSON object, field by field: lenient where clients are sloppy,
+    every refusal naming what is wrong."""
+    stype = SerializeType.JSON
     raw_opaque = obj.get("opaque", 0)
     opaque = (
         raw_opaque if type(raw_opaque) is int and INT32_MIN <= raw_opaque <= INT32_MAX else None
@@ -143,6 +150,32 @@ def decode_json(data: bytes | bytearray) -> Header:
         remark=remark,
         ext_fields=_lenient_ext(obj.get("extFields"), opaque),
     )
+
+
+def _plain_header(obj: dict[str, Any]) -> Header | None:
+    """The header of a JSON object as clients write it (numbers as 32-bit integers, text as
+    strings, extFields a map of strings) in one combined check; None for anything else,
+    which :func:`decode_json`'s field by field checks then read or refuse. Gives exactly
+    what those checks give for such an object, in about half the time."""
+    code, opaque = obj.get("code"), obj.get("opaque", 0)
+    flag, version = obj.get("flag", 0), obj.get("version", 0)
+    language, remark, ext = obj.get("language", "JAVA"), obj.get("remark"), obj.get("extFields")
+    if (
+        type(code) is int
+        and type(opaque) is int
+        and type(flag) is int
+        and type(version) is int
+        and INT32_MIN <= code <= INT32_MAX
+        and INT32_MIN <= opaque <= INT32_MAX
+        and INT32_MIN <= flag <= INT32_MAX
+        and INT32_MIN <= version <= INT32_MAX
+        and type(language) is str
+        and (remark is None or type(remark) is str)
+        and type(ext) is dict
+        and set(map(type, ext.values())) <= _STR_ONLY
+    ):
+        return Header(code, opaque, flag, language, version, remark, ext)
+    return None
 
 
 def _plain_json(cmd: RemotingCommand) -> bytes | None:
