@@ -314,8 +314,10 @@ class Election:
         master_kv = await self.client.get(self.keys.master)
         if master_kv is not None:
             record = MasterRecord.from_kv(master_kv)
-            if record.broker_id == self.broker_id and record.lease == self._lease:
-                return  # our own key (a txn whose reply was lost): the renew loop holds it
+            if record.broker_id == self.broker_id:
+                # Our own key: this life's (a txn whose reply was lost: taken again once it
+                # lapses, since nothing renews it) or an earlier life's, until it lapses.
+                return
             if record.ha_address:
                 self._set_leader(record)
             return
