@@ -33,6 +33,7 @@ from tests.broker.ha.support import NAME, send
 from tests.broker.test_process import BrokerProcess
 from tests.broker.test_process import run_broker as run_process_broker
 from tests.broker.test_restart import body_for, kill9, pull_queue
+from tests.namesrv.support import open_namesrv, route_of, wait_until
 
 __all__ = ["etcd_cluster"]
 
@@ -125,6 +126,7 @@ async def process_master(
     async with run_process_broker(
         data_dir, "--host", "127.0.0.1", "--broker-name", NAME, "--ha-port", "0",
         "--etcd-endpoints", cluster.endpoints, "--etcd-lease-ttl-s", str(TTL_S), *args,
+        register_interval_s=0.5,
     ) as master:  # fmt: skip
         yield master
 
@@ -272,3 +274,54 @@ async def test_an_out_of_sync_replica_does_not_campaign(
             assert election(replica).stats.campaigns == 0
             assert election(replica).stats.master_epoch == 0
             assert await client.get(Keys(CLUSTER, NAME).master) is None
+
+
+# ---------------------------------------------------------------- the name server
+async def test_the_name_server_follows_the_elected_master(
+    etcd_cluster: EtcdCluster, tmp_path: Path
+) -> None:
+    """Brokers register with their epoch: after a takeover the route's brokerId 0 is the
+    new master, and the old master (frozen, then running again) is refused when it
+    registers again with its older epoch — the route keeps the new one."""
+    fast = {"register_interval_s": 0.5}
+    async with open_namesrv() as ns:
+        namesrv = f"127.0.0.1:{ns.port}"
+        with trio.fail_after(BOUND_S * 3):
+            async with (
+                process_master(tmp_path / "m", etcd_cluster, "--namesrv-addr", namesrv) as master,
+                open_member(tmp_path / "r1", etcd_cluster, 1, namesrv_addr=namesrv, **fast) as r1,
+            ):
+                client = EtcdClient(parse_endpoints(etcd_cluster.endpoints))
+                await wait_insync(client, {0, 1})
+                await send_until_ok(master.port, "before")
+                old_epoch = ns.ctx.routes.master_epoch(NAME)
+                assert old_epoch is not None and old_epoch > 0
+                assert (await route_of(ns.port, TOPIC)) is not None
+
+                async def master_is(address: str) -> bool:
+                    route = await route_of(ns.port, TOPIC)
+                    return (
+                        route is not None and route.broker_datas[0].broker_addrs.get(0) == address
+                    )
+
+                await wait_until(lambda: master_is(f"127.0.0.1:{master.port}"), BOUND_S)
+                master.process.send_signal(signal.SIGSTOP)
+                try:
+                    with trio.fail_after(BOUND_S):
+                        await election(r1).wait_until(lambda s: s.master_epoch > 0)
+                    await wait_until(lambda: master_is(r1.address), BOUND_S)
+                finally:
+                    master.process.send_signal(signal.SIGCONT)
+                new_epoch = election(r1).stats.master_epoch
+                assert ns.ctx.routes.master_epoch(NAME) == new_epoch > old_epoch
+                # The old master registers every 0.5 s: refused each time (its epoch is older).
+                refused = 0
+                with trio.fail_after(BOUND_S):
+                    while refused == 0:  # bounded by fail_after
+                        await trio.sleep(0.5)
+                        refused = sum(
+                            1
+                            for line in master.lines
+                            if line.get("event") == "register with namesrv failed"
+                        )
+                assert await master_is(r1.address)
