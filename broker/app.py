@@ -315,6 +315,7 @@ def _follower(
         broker_name=config.broker_name,
         broker_id=config.broker_id,
         epochs=broker.roles.epochs,
+        confirmed=broker.roles.confirmed,
         settings=HaSettings(),
         min_queues=config.default_queue_nums,
     )

@@ -26,6 +26,11 @@ Master → replica:
   records, as RocketMQ's), under the master's ``epoch``; ``master_end`` is how far the
   master's log reaches (the replica's lag); ``crc32`` covers the bytes, so a damaged batch
   is refused before it is appended. ``length`` 0 is a heartbeat.
+* ``CONFIRM``: ``kind u8 | epoch u64 | offset u64`` — the master's confirmed offset: every
+  byte before it is held by as many copies as a sync send needs (``--min-insync-replicas``;
+  with async replication, every byte the master has streamed). A replica serves reads only
+  of records that end at or before it, so a consumer never reads what a failover may take
+  back (RocketMQ 5's ``confirmOffset``, Kafka's high watermark). It never goes back.
 * ``REFUSED``: ``kind u8 | reason_len u16 | reason`` — the master will not serve this
   replica (another group, a log ahead of the master's); it closes the connection after.
 * ``META``: ``kind u8 | epoch u64 | table u8 | length u32 | crc32 u32 | bytes`` — a whole
@@ -56,6 +61,7 @@ BATCH: Final = 0x11
 REFUSED: Final = 0x12
 META: Final = 0x13
 EPOCHS: Final = 0x14
+CONFIRM: Final = 0x15
 #: ``META`` tables.
 META_TOPICS: Final = 1
 META_GROUPS: Final = 2
@@ -75,6 +81,7 @@ _REFUSED = struct.Struct(">BH")
 _META = struct.Struct(">BQBII")
 _EPOCHS = struct.Struct(">BQQII")
 _EPOCH_ENTRY = struct.Struct(">QQ")
+_CONFIRM = struct.Struct(">BQQ")
 
 
 class HaProtocolError(ProtocolError):
@@ -136,8 +143,16 @@ class Epochs:
     history: tuple[tuple[int, int], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Confirm:
+    """The master's confirmed offset (see ``CONFIRM``)."""
+
+    epoch: int
+    offset: int
+
+
 ToMaster = Hello | Report
-ToReplica = Batch | Refused | Meta | Epochs
+ToReplica = Batch | Refused | Meta | Epochs | Confirm
 
 
 def encode_hello(hello: Hello) -> bytes:
@@ -175,6 +190,11 @@ def encode_epochs(epochs: Epochs) -> bytes:
     entries = b"".join(_EPOCH_ENTRY.pack(epoch, start) for epoch, start in epochs.history)
     head = _EPOCHS.pack(EPOCHS, epochs.epoch, epochs.end, len(epochs.history), zlib.crc32(entries))
     return head + entries
+
+
+def encode_confirm(epoch: int, offset: int) -> bytes:
+    """A ``CONFIRM`` frame."""
+    return _CONFIRM.pack(CONFIRM, epoch, offset)
 
 
 def encode_refused(reason: str) -> bytes:
@@ -322,7 +342,21 @@ class ReplicaSide:
             return self._meta()
         if kind == EPOCHS:
             return self._epochs()
+        if kind == CONFIRM:
+            return self._confirm()
         return self._refused(kind)
+
+    def _confirm(self) -> Confirm | None:
+        reader = self._reader
+        head = reader.unpack(_CONFIRM)
+        if head is None:
+            return None
+        reader.take(_CONFIRM.size)
+        _, epoch, offset = head
+        if epoch < self.min_epoch:
+            raise reader.fail(f"confirmed offset from epoch {epoch}, older than {self.min_epoch}")
+        self.min_epoch = epoch
+        return Confirm(epoch, offset)
 
     def _epochs(self) -> Epochs | None:
         reader = self._reader

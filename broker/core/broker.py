@@ -45,6 +45,7 @@ from broker.core.transactions import (
 from broker.deadlines import DeadlineLoop
 from broker.groups import SubscriptionGroupManager
 from broker.ha.acks import ReplicaSet, ReplicationPolicy, ReplicationStatistics
+from broker.ha.confirm import ConfirmedOffset
 from broker.ha.epoch import EpochHistory
 from broker.ha.role import role_path
 from broker.locks import RebalanceLocks
@@ -213,6 +214,7 @@ def _roles(config: BrokerConfig, store: MessageStore, replicas: ReplicaSet,
         master_policy=_replication_policy(config, as_master=True),
         adopt_log=timers.adopt_log,
         role_file=role_path(config.data_dir),
+        confirmed=ConfirmedOffset(config.data_dir / "config" / "haConfirmed"),
     )
 
 
@@ -365,7 +367,12 @@ async def open_broker(
         async with trio.open_nursery() as storage_nursery:
             await storage_nursery.start(
                 storage.serve,
-                (timers.before_checkpoint, pop.before_checkpoint, transactions.before_checkpoint),
+                (
+                    timers.before_checkpoint,
+                    pop.before_checkpoint,
+                    transactions.before_checkpoint,
+                    roles.confirmed.before_checkpoint,
+                ),
             )
             try:
                 async with trio.open_nursery() as services:

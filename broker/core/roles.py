@@ -28,6 +28,7 @@ from pathlib import Path
 import trio
 
 from broker.ha.acks import ReplicaSet, ReplicationPolicy
+from broker.ha.confirm import ConfirmedOffset
 from broker.ha.epoch import FIRST_EPOCH, EpochHistory
 from broker.ha.role import RoleRecord, save_role
 from broker.logs import get_logger
@@ -51,6 +52,7 @@ class RoleService:
         master_policy: ReplicationPolicy,
         adopt_log: Callable[[], None],
         role_file: Path,
+        confirmed: ConfirmedOffset,
     ) -> None:
         self.store = store
         self.replicas = replicas
@@ -64,6 +66,10 @@ class RoleService:
         self.adopt_log = adopt_log
         #: Where a promotion is recorded, so that a restart keeps it (``config/haRole``).
         self.role_file = role_file
+        #: A replica's confirmed offset: its store serves reads only up to it (§13).
+        self.confirmed = confirmed
+        if self.is_replica:
+            store.confirm(confirmed.value)
         #: Set once a replica became the master (never on a broker started as master).
         self.promoted = trio.Event()
 

@@ -95,6 +95,10 @@ class ReplicaSet:
         self._serials = itertools.count(1)
         self._ok = self._timeouts = self._not_available = 0
         self._changed = trio.Event()
+        #: The largest offset ever confirmed (:meth:`confirmed` may fall back when a replica
+        #: disconnects; what was once held by enough copies stays confirmed).
+        self.high_water = 0
+        self._raised = trio.Event()
 
     # ------------------------------------------------------------------ the HA server's side
     def connected(self, broker_id: int, peer: str, offset: int) -> Replica:
@@ -102,6 +106,7 @@ class ReplicaSet:
         replica = Replica(broker_id, peer, offset, next(self._serials))
         self._replicas[replica.serial] = replica
         self._release()
+        self._raise_high_water()
         self._change()
         return replica
 
@@ -109,7 +114,21 @@ class ReplicaSet:
         """``replica`` reports its log ending at ``offset``: release the sends it completes."""
         replica.acked = max(replica.acked, offset)
         self._release()
+        self._raise_high_water()
         self._change()
+
+    def _raise_high_water(self) -> None:
+        confirmed = self.confirmed()
+        if confirmed > self.high_water:
+            self.high_water = confirmed
+            self._raised.set()
+            self._raised = trio.Event()
+
+    async def wait_high_water_above(self, offset: int) -> int:
+        """Return :attr:`high_water` once it is past ``offset`` (callers bound the wait)."""
+        while self.high_water <= offset:  # each pass waits for a raise
+            await self._raised.wait()
+        return self.high_water
 
     def disconnected(self, replica: Replica) -> None:
         """The replica's connection ended (its waiting sends run into their timeout)."""

@@ -17,7 +17,10 @@ up it waits on :class:`LogGrowth`, which the store signals on every append (ASYN
 ``heartbeat_s``; a replica silent for ``idle_s`` is dropped (RocketMQ: 5 s and 20 s).
 A third task sends the metadata a promoted replica needs (topics, groups, offsets:
 :mod:`broker.ha.metadata`) at once and then whenever it changed, checked every
-``meta_interval_s``; the two senders share the stream through a lock.
+``meta_interval_s``; the senders share the stream through a lock. The confirmed offset
+(``CONFIRM``: how far a replica may serve reads) follows each batch with async replication
+(everything streamed is confirmed); with sync replication a fourth task sends it whenever
+the offset enough copies hold moves (:attr:`ReplicaSet.high_water`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from protocol.ha import (
     MasterSide,
     Report,
     encode_batch,
+    encode_confirm,
     encode_epochs,
     encode_meta,
     encode_refused,
@@ -158,6 +162,7 @@ async def _serve_replica(link: MasterLink, stream: trio.SocketStream) -> None:
                     partial(_read_reports, link, stream, side, replica),
                     partial(_stream_log, link, sender, start),
                     partial(_stream_metadata, link, sender),
+                    partial(_stream_confirms, link, sender),
                 ):
                     nursery.start_soon(_until_broken, task, done, ended)
         finally:
@@ -262,13 +267,31 @@ async def _stream_log(link: MasterLink, sender: _Sender, pos: int) -> None:
         end = store.replicable_end
         if pos < end:
             data = store.log_bytes(pos, settings.batch_bytes)
-            await sender.send(encode_batch(link.epoch, pos, end, data))
+            await sender.send(encode_batch(link.epoch, pos, end, data) + _async_confirm(link, end))
             pos += len(data)
             continue
         with trio.move_on_after(settings.heartbeat_s):
             await grown.wait()
             continue
-        await sender.send(encode_batch(link.epoch, pos, end, b""))
+        await sender.send(encode_batch(link.epoch, pos, end, b"") + _async_confirm(link, end))
+
+
+def _async_confirm(link: MasterLink, end: int) -> bytes:
+    """With async replication everything streamed is confirmed: a ``CONFIRM`` of ``end``
+    rides with each batch (in the same write). Nothing with sync replication."""
+    return b"" if link.replicas.policy.needed else encode_confirm(link.epoch, end)
+
+
+async def _stream_confirms(link: MasterLink, sender: _Sender) -> None:
+    """With sync replication: send the confirmed offset at once and whenever it rises
+    (every replica hears it, the slow ones too: they serve what enough copies hold)."""
+    if not link.replicas.policy.needed:
+        await trio.sleep_forever()  # async: the log writer sends it
+    sent = link.replicas.high_water
+    await sender.send(encode_confirm(link.epoch, sent))
+    while True:  # each pass waits for a rise
+        sent = await link.replicas.wait_high_water_above(sent)
+        await sender.send(encode_confirm(link.epoch, sent))
 
 
 async def _stream_metadata(link: MasterLink, sender: _Sender) -> None:

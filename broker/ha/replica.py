@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import trio
 
+from broker.ha.confirm import ConfirmedOffset
 from broker.ha.epoch import EpochEntry, EpochHistory, common_point
 from broker.ha.master import HaSettings
 from broker.ha.metadata import ReplicaMetadata
@@ -39,6 +40,7 @@ from broker.topics import TopicManager
 from protocol.errors import ProtocolError
 from protocol.ha import (
     Batch,
+    Confirm,
     Epochs,
     Hello,
     Meta,
@@ -72,6 +74,8 @@ class FollowerStatistics:
     meta_skipped: int
     #: Bytes cut from the local log because they diverged from a master's (all links).
     truncated: int
+    #: The master's confirmed offset: reads stop before records ending past it.
+    confirmed: int
     connects: int
     #: Links that ended (broken, refused, timed out).
     disconnects: int
@@ -106,6 +110,7 @@ class Follower:
         broker_name: str,
         broker_id: int,
         epochs: EpochHistory,
+        confirmed: ConfirmedOffset,
         settings: HaSettings,
         min_queues: int = 4,
     ) -> None:
@@ -117,6 +122,8 @@ class Follower:
         self.broker_name = broker_name
         self.broker_id = broker_id
         self.epochs = epochs
+        #: How far reads may go (the master's ``CONFIRM``s; the store applies it).
+        self.confirmed = confirmed
         self.settings = settings
         #: Queues a topic learnt from its records gets at least (the broker's default).
         self.min_queues = min_queues
@@ -151,6 +158,7 @@ class Follower:
             meta_applied=self.metadata.applied,
             meta_skipped=self.metadata.skipped,
             truncated=self._truncated,
+            confirmed=self.confirmed.value,
             connects=self._connects,
             disconnects=self._disconnects,
             last_error=self._last_error,
@@ -210,6 +218,8 @@ class Follower:
                         raise _LinkEnded("a second epoch history on one link")
                     if isinstance(event, Meta):
                         self._apply_metadata(event)
+                    elif isinstance(event, Confirm):
+                        self._apply_confirm(event)
                     else:
                         streamed |= self._apply(event, pending)
                 sync = store.config.flush_mode is FlushMode.SYNC
@@ -254,6 +264,13 @@ class Follower:
             self.progress = trio.Event()
             self._change()
         return True
+
+    def _apply_confirm(self, confirm: Confirm) -> None:
+        """Reads may now reach ``confirm.offset`` (it never goes back)."""
+        self.epochs.raise_to(confirm.epoch)
+        if self.confirmed.advance(confirm.offset):
+            self.storage.store.confirm(self.confirmed.value)
+            self._change()
 
     def _apply_metadata(self, meta: Meta) -> None:
         self.epochs.raise_to(meta.epoch)

@@ -18,6 +18,7 @@ a worker thread, through the explicit ``*_begin`` / ``*_sync`` / ``*_end`` tripl
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import shutil
@@ -73,6 +74,9 @@ from protocol.properties import (
 )
 
 QueueKey = tuple[str, int]
+#: What the arrival listener is told of a record: topic, queue id, queue offset, tags code,
+#: store timestamp, properties.
+_Arrival = tuple[str, int, int, int, int, Mapping[str, str]]
 #: Why a replica's store refuses a put (docs/design.md §13).
 REPLICA_REFUSAL = "the broker is a replica: writes go to its master (broker id 0)"
 #: Unwritten commit-log bytes that make a put write out on its own (bounds memory, and
@@ -140,6 +144,13 @@ class MessageStore:
         #: this master does not hold its lease in time and must not write (fenced:
         #: SERVICE_NOT_AVAILABLE with that reason). None: no election.
         self.write_fence: Callable[[], str | None] | None = None
+        #: A replica's confirmed offset (docs/design.md §13): consume-queue reads stop before
+        #: the first record ending past it, and arrivals past it are told to the listener
+        #: only once it covers them (:meth:`confirm`). None: no limit (a master).
+        self.read_limit: int | None = None
+        #: Arrivals of replicated records past ``read_limit``, in log order: (record end,
+        #: the listener's arguments).
+        self._unconfirmed: collections.deque[tuple[int, _Arrival]] = collections.deque()
 
     @classmethod
     def open(
@@ -201,6 +212,17 @@ class MessageStore:
         replicated bytes (docs/design.md §13, manual promotion). Its log ends on a record
         boundary (``append_replicated`` keeps only whole records), so puts continue it."""
         self.config = dataclasses.replace(self.config, replica=False)
+        self.confirm(None)
+
+    def confirm(self, offset: int | None) -> None:
+        """A replica's confirmed offset moved to ``offset`` (None: no limit any more, a
+        promotion): reads may now reach the records ending at or before it, and the
+        listener hears of their arrival (parked pulls wake)."""
+        self.read_limit = offset
+        held = self._unconfirmed
+        while held and (offset is None or held[0][0] <= offset):
+            _, arrival = held.popleft()
+            self._tell_listener(*arrival)
 
     # ------------------------------------------------------------------ put
     def put_nowait(self, msg: MessageToStore) -> PutResult:
@@ -314,10 +336,37 @@ class MessageStore:
     def _dispatch(self, p: Pending) -> None:
         self._queues[(p.topic, p.queue_id)].append(p.offset, p.size, p.tags_code)
         self.dispatched_offset = p.end
+        if self.read_limit is not None:
+            self._notify_replicated(p.end, p.topic, p.queue_id, p.queue_offset, p.tags_code,
+                                    p.store_timestamp, p.properties, p.offset)  # fmt: skip
+            return
         self._notify(
             p.topic, p.queue_id, p.queue_offset, p.tags_code, p.store_timestamp, p.properties,
             p.offset,
         )  # fmt: skip
+
+    def _notify_replicated(
+        self,
+        end: int,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        tags_code: int,
+        store_timestamp: int,
+        properties: Mapping[str, str],
+        commit_log_offset: int,
+    ) -> None:
+        """A replicated record entered its queue: index it; tell the listener now if the
+        confirmed offset covers it, else once it does (:meth:`confirm`)."""
+        limit = self.read_limit
+        if limit is None or end <= limit:
+            self._notify(topic, queue_id, queue_offset, tags_code, store_timestamp, properties,
+                         commit_log_offset)  # fmt: skip
+            return
+        self._index_keys(topic, properties, commit_log_offset)
+        if self.listener is not None:
+            arrival = (topic, queue_id, queue_offset, tags_code, store_timestamp, properties)
+            self._unconfirmed.append((end, arrival))
 
     def _notify(
         self,
@@ -331,6 +380,19 @@ class MessageStore:
     ) -> None:
         """After a record entered its consume queue: index its keys, tell the listener."""
         self._index_keys(topic, properties, commit_log_offset)
+        if self.listener is None:
+            return
+        self._tell_listener(topic, queue_id, queue_offset, tags_code, store_timestamp, properties)
+
+    def _tell_listener(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        tags_code: int,
+        store_timestamp: int,
+        properties: Mapping[str, str],
+    ) -> None:
         if self.listener is None:
             return
         try:
@@ -557,6 +619,8 @@ class MessageStore:
             self.offsets.clamp(key[0], key[1], cq.min_offset, cq.max_offset)
         self.index.truncate_from(offset)
         self.log.truncate(offset)
+        while self._unconfirmed and self._unconfirmed[-1][0] > offset:
+            self._unconfirmed.pop()  # arrivals of records that are gone
         self._mins.clear()
         self.durable_offset = self.dispatched_offset = offset
         return cut
@@ -614,8 +678,8 @@ class MessageStore:
         if self._async:
             cq.append(offset, len(record), tags_code)
             self.dispatched_offset = end
-            self._notify(msg.topic, msg.queue_id, msg.queue_offset, tags_code,
-                         msg.store_timestamp, msg.properties, offset)  # fmt: skip
+            self._notify_replicated(end, msg.topic, msg.queue_id, msg.queue_offset, tags_code,
+                                    msg.store_timestamp, msg.properties, offset)  # fmt: skip
             return
         self._pending.append(Pending(
             end, msg.topic, msg.queue_id, msg.queue_offset, offset, len(record), tags_code,
@@ -642,8 +706,21 @@ class MessageStore:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
         return read_queue(
             self.log, cq, self._queue_min(cq), offset, max_count, max_bytes, tags_codes,
-            record_filter,
+            record_filter, self._readable_high(cq),
         )  # fmt: skip
+
+    def _readable_high(self, cq: ConsumeQueue) -> int:
+        """One past the last entry a read may serve: all of them, except on a replica
+        those whose record ends past the confirmed offset (``read_limit``)."""
+        high, limit = cq.max_offset, self.read_limit
+        if limit is None:
+            return high
+        last = cq.entry(high - 1)
+        if last is None or last[0] + last[1] <= limit:
+            return high  # the common case: one entry read
+        # Entries are in log order and records are whole on both sides, so an entry ends
+        # past the limit exactly when it starts at or past it.
+        return cq.first_at_or_after(limit)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Smallest queue offset whose message is still held (0 for an unknown queue)."""

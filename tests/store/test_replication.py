@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.store.api import FlushMode, MessageToStore, PutStatus, StoreError
+from broker.store.api import FlushMode, GetStatus, MessageToStore, PutStatus, StoreError
 from broker.store.config import StoreConfig
 from broker.store.store import REPLICA_REFUSAL, MessageStore
 from tests.store.support import crash, read_queue, store_config
@@ -227,3 +227,44 @@ def test_a_master_never_truncates(tmp_path: Path) -> None:
         with pytest.raises(StoreError, match="only a replica"):
             master.truncate_to(0)
         assert master.log.end > 0
+
+
+class _Arrivals:
+    def __init__(self) -> None:
+        self.offsets: list[tuple[str, int, int]] = []
+
+    def arriving(self, topic: str, queue_id: int, queue_offset: int, *_: object) -> None:
+        self.offsets.append((topic, queue_id, queue_offset))
+
+
+@pytest.mark.parametrize("mode", [FlushMode.ASYNC, FlushMode.SYNC])
+def test_a_replica_reads_and_announces_only_up_to_the_confirmed_offset(
+    tmp_path: Path, mode: FlushMode
+) -> None:
+    with MessageStore.open(store_config(tmp_path / "m")) as master:
+        _fill(master, [bytes([i]) * 200 for i in range(12)])
+        heard = _Arrivals()
+        replica = MessageStore.open(_replica_config(tmp_path / "r", mode), heard)
+        replica.confirm(0)
+        _ship(master, replica, [1000])
+        replica.flush()
+        assert heard.offsets == []
+        for queue_id in range(3):
+            got = replica.get(TOPICS[0], queue_id, 0)
+            assert (got.status, got.max_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, 0)
+            # Past the confirmed offset but held: caught up, never a reset backwards.
+            ahead = replica.get(TOPICS[0], queue_id, 1)
+            assert (ahead.status, ahead.next_offset) == (GetStatus.OFFSET_OVERFLOW_ONE, 1)
+        half = master.get(TOPICS[0], 0, 0).commit_log_offsets[1]  # the second record's start
+        replica.confirm(half)
+        assert replica.get(TOPICS[0], 0, 0).count == 1
+        assert replica.get(TOPICS[0], 0, 0, 32).count == 1
+        # Every record before it, of any queue (records 0 to 5 of the 12), none after.
+        assert len(heard.offsets) == 6
+        assert (TOPICS[0], 0, 0) in heard.offsets and (TOPICS[0], 0, 1) not in heard.offsets
+        replica.confirm(None)  # promoted: no limit
+        for topic in TOPICS:
+            for queue_id in range(3):
+                assert read_queue(replica, topic, queue_id) == read_queue(master, topic, queue_id)
+        assert len(heard.offsets) == 12
+        replica.close()

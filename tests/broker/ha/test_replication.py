@@ -14,7 +14,7 @@ import trio
 
 from broker.app import BrokerHandle
 from protocol.codes import RequestCode, ResponseCode
-from protocol.ha import encode_batch, encode_report
+from protocol.ha import encode_batch, encode_confirm, encode_report
 from protocol.headers.admin import CreateTopicRequestHeader
 from protocol.headers.send import SendMessageResponseHeader
 from protocol.message import MessageExt
@@ -345,7 +345,8 @@ async def test_a_link_cut_inside_a_record_resumes_after_the_last_whole_record(
                     await stream.send_all(encode_batch(1, 0, len(log), log[:cut]))
                     return  # the link breaks mid-record
                 start = report.offset
-                await stream.send_all(encode_batch(1, start, len(log), log[start:]))
+                batch = encode_batch(1, start, len(log), log[start:])
+                await stream.send_all(batch + encode_confirm(1, len(log)))  # async: all of it
                 await drain(stream)
 
         async with trio.open_nursery() as nursery:

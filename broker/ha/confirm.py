@@ -1,0 +1,65 @@
+"""A replica's confirmed offset: how far its reads may go (docs/design.md §13, "Reads on a
+replica"; RocketMQ 5's ``confirmOffset``, Kafka's high watermark).
+
+The master sends its confirmed offset (``CONFIRM`` frames): with sync replication, the end
+of what ``--min-insync-replicas`` copies hold (what a SEND_OK promises); with async
+replication, whatever it has streamed (then the replica serves every record it holds, as
+durable as its own ``--flush`` makes it). The replica's store serves consume-queue reads
+only of records ending at or before it (``MessageStore.confirm``): a consumer never reads a
+message that a failover to another in-sync replica may take back.
+
+The value is kept in ``config/haConfirmed``, written by the store's checkpoints (and the
+clean close): a replica restarted while its master is down serves what was confirmed
+before. A crash loses at most the last interval's advance — an older value, so fewer reads,
+never more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from broker.store.files import atomic_write, read_optional
+
+
+class ConfirmedOffset:
+    """The newest confirmed offset a replica heard of, persisted at checkpoints."""
+
+    def __init__(self, path: Path) -> None:
+        """Load ``path`` (0 without it).
+
+        Raises:
+            ValueError: the file does not hold an offset.
+        """
+        self.path = path
+        data = read_optional(path)
+        try:
+            self.value = int(data) if data is not None else 0
+        except ValueError:
+            raise ValueError(f"{path}: not an offset") from None
+        self._written = self.value
+
+    def advance(self, offset: int) -> bool:
+        """Take ``offset`` if it is newer; returns whether it was (never goes back)."""
+        if offset <= self.value:
+            return False
+        self.value = offset
+        return True
+
+    def before_checkpoint(self) -> Callable[[], None]:
+        """A storage checkpoint hook: the writer persists the value taken now (run in a
+        worker thread; nothing when it did not move)."""
+        value = self.value
+        if value == self._written:
+            return _nothing
+
+        def write() -> None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.path, f"{value}\n".encode())
+            self._written = value
+
+        return write
+
+
+def _nothing() -> None:
+    """No change to persist."""
