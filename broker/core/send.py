@@ -236,7 +236,9 @@ class SendService:
             result = await self.halves.prepare(msg)
             return SendOutcome(await self._replicated(result), topic, queue_id)
         outcome = await self._store(msg)
-        return outcome._replace(result=await self._replicated(outcome.result))
+        result = await self._replicated(outcome.result)
+        # Unchanged unless sync replication timed out: no copy of the outcome per send.
+        return outcome if result is outcome.result else outcome._replace(result=result)
 
     def _check_in_sync(self) -> None:
         """Sync replication refuses a send before its append when too few replicas are in

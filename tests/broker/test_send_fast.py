@@ -4,7 +4,7 @@ header written without building the typed response header."""
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.remoting.processors.send import _plain_v2_request, _stored_ext, _typed_request
@@ -52,6 +52,12 @@ def test_a_java_header_takes_the_fast_path_and_matches_the_typed_one() -> None:
     assert fast == _typed(JAVA_EXT)
 
 
+def test_an_empty_optional_number_is_left_to_the_typed_header() -> None:
+    ext = {**JAVA_EXT, "l": ""}
+    assert _plain_v2_request(ext, b"body", HOST) is None
+    assert isinstance(_typed(ext), FieldError)
+
+
 def test_optional_fields_absent() -> None:
     ext = {k: v for k, v in JAVA_EXT.items() if k not in "ijklmn"}
     fast = _plain_v2_request(ext, b"body", HOST)
@@ -60,6 +66,7 @@ def test_optional_fields_absent() -> None:
     assert fast.properties_text is None and fast.max_reconsume_times is None
 
 
+@settings(max_examples=400)
 @given(
     st.dictionaries(st.sampled_from(sorted("abcdefghijklmn")), st.sampled_from(VALUES), max_size=14)
 )

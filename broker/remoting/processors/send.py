@@ -121,7 +121,14 @@ def _plain_v2_request(ext: Mapping[str, str], body: bytes, born_host: Host) -> S
         or get("m", "0") not in _PLAIN_BOOLS
     ):
         return None
-    for raw in (nums, queue_id, sys_flag, flag, reconsume, max_reconsume or "0"):
+    for raw in (
+        nums,
+        queue_id,
+        sys_flag,
+        flag,
+        reconsume,
+        "0" if max_reconsume is None else max_reconsume,
+    ):
         # Up to 9 plain digits: a Java int whatever they are (the typed header's fast rule).
         if raw is None or not (len(raw) <= 9 and raw.isdigit() and raw.isascii()):
             return None
