@@ -174,6 +174,8 @@ class Member:
     replica: bool
     promoted_epoch: int = 0
     followed: list[MasterRecord] = field(default_factory=list)
+    #: Set whenever a follow starts (the election starts it in a task of its own).
+    following: trio.Event = field(default_factory=trio.Event)
 
 
 def member(etcd: FakeEtcd, broker_id: int, log_end: int, *, replica: bool = True) -> Member:
@@ -188,6 +190,7 @@ def member(etcd: FakeEtcd, broker_id: int, log_end: int, *, replica: bool = True
 
     async def follow(record: MasterRecord) -> None:
         holder[0].followed.append(record)
+        holder[0].following.set()
         await trio.sleep_forever()
 
     election = Election(
@@ -222,7 +225,7 @@ async def test_the_longest_in_sync_log_wins(
             await trio.sleep(0.05)
         with trio.fail_after(30):
             await longer.election.wait_until(lambda s: s.master_epoch > 0)
-            await shorter.election.wait_until(lambda s: s.following is not None)
+            await shorter.following.wait()
         assert longer.promoted_epoch == etcd.kvs[KEYS.master].create_revision
         assert shorter.promoted_epoch == 0 and shorter.election.stats.wins == 0
         assert shorter.followed[-1].broker_id == 2
@@ -262,7 +265,7 @@ async def test_a_fresh_group_is_started_by_broker_id_0_only(
         nursery.start_soon(first.election.run)
         with trio.fail_after(30):
             await first.election.wait_until(lambda s: s.master_epoch > 0)
-            await replica.election.wait_until(lambda s: s.following is not None)
+            await replica.following.wait()
         nursery.cancel_scope.cancel()
     assert first.promoted_epoch > 0 and replica.followed[-1].ha_address == "127.0.0.1:20911"
     record = MasterRecord.from_kv(etcd.kvs[KEYS.master]) if KEYS.master in etcd.kvs else None
