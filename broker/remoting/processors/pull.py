@@ -18,7 +18,7 @@ from broker.remoting.dispatch import LATER, Later
 from broker.store.api import GetResult, GetStatus
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
-from protocol.headers.pull import PullMessageRequestHeader, PullMessageResponseHeader
+from protocol.headers.pull import PullMessageRequestHeader, PullSysFlag
 
 #: ``GetMessageStatus`` → response code for the statuses whose code never depends on the
 #: requested offset (``PullMessageProcessor``).
@@ -29,6 +29,12 @@ _FIXED_CODES: Mapping[GetStatus, int] = {
     GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
     GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
 }
+
+
+#: The pull sys-flag bits as plain ints (an IntFlag's ``&`` is a Python call).
+_COMMIT_OFFSET = int(PullSysFlag.COMMIT_OFFSET)
+_SUSPEND = int(PullSysFlag.SUSPEND)
+_SUBSCRIPTION = int(PullSysFlag.SUBSCRIPTION)
 
 
 def response_code(status: GetStatus, requested_offset: int) -> int:
@@ -45,15 +51,21 @@ def response_code(status: GetStatus, requested_offset: int) -> int:
 def answer(cmd: RemotingCommand, result: GetResult, requested_offset: int) -> RemotingCommand:
     """The response to a pull for one read result (records sent exactly as stored)."""
     code = response_code(result.status, requested_offset)
-    header = PullMessageResponseHeader(
-        suggest_which_broker_id=0,
-        next_begin_offset=result.next_offset,
-        min_offset=result.min_offset,
-        max_offset=result.max_offset,
-    )
     body = result.body if code == ResponseCode.SUCCESS else b""
     remark = None if code == ResponseCode.SUCCESS else result.status.value
-    return cmd.response(code, remark, header.to_ext(), body)
+    return cmd.response(code, remark, _response_ext(result), body)
+
+
+def _response_ext(result: GetResult) -> dict[str, str]:
+    """``PullMessageResponseHeader(0, next, min, max).to_ext()`` written out: the same keys
+    in the same order (its other fields are None, so absent), without building the header
+    per pull. Queue offsets always fit a Java long."""
+    return {
+        "suggestWhichBrokerId": "0",
+        "nextBeginOffset": str(result.next_offset),
+        "minOffset": str(result.min_offset),
+        "maxOffset": str(result.max_offset),
+    }
 
 
 def pull_request(header: PullMessageRequestHeader) -> PullRequest:
@@ -85,9 +97,55 @@ async def pull_message(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
     """Serve one pull (see :meth:`broker.core.pull.PullService.pull`)."""
-    header = PullMessageRequestHeader.from_ext(cmd.ext_fields)
-    result = await ctx.broker.pulls.pull(pull_request(header), hold_ms=hold_ms(header))
-    return answer(cmd, result, header.queue_offset)
+    request, hold = _request_of(cmd.ext_fields)
+    result = await ctx.broker.pulls.pull(request, hold_ms=hold)
+    return answer(cmd, result, request.offset)
+
+
+def _request_of(ext: Mapping[str, str]) -> tuple[PullRequest, int]:
+    """The core request and its hold (ms) from a pull's ``extFields``: read straight from
+    them when plain, else through the typed header (which refuses what it must)."""
+    plain = _plain_request(ext)
+    if plain is not None:
+        return plain
+    header = PullMessageRequestHeader.from_ext(ext)
+    return pull_request(header), hold_ms(header)
+
+
+def _plain_request(ext: Mapping[str, str]) -> tuple[PullRequest, int] | None:
+    """:func:`pull_request` and :func:`hold_ms` of a pull header as consumers write it,
+    without building the typed header per pull: every required field present, numbers
+    plain digits (a Java int up to 9, a long up to 18). None for anything else (a negative
+    commit offset, say), which the typed header then reads or refuses. Gives exactly what
+    the typed path gives for such a header (tests/broker/test_pull_fast.py)."""
+    get = ext.get
+    group, topic = get("consumerGroup"), get("topic")
+    queue_id, max_nums = _int(get("queueId"), 9), _int(get("maxMsgNums"), 9)
+    sys_flag, offset = _int(get("sysFlag"), 9), _int(get("queueOffset"), 18)
+    commit, suspend = _int(get("commitOffset"), 18), _int(get("suspendTimeoutMillis"), 18)
+    max_bytes = get("maxMsgBytes")
+    if (
+        group is None
+        or topic is None
+        or queue_id is None
+        or max_nums is None
+        or sys_flag is None
+        or offset is None
+        or commit is None
+        or suspend is None
+        or _int(get("subVersion"), 18) is None
+        or _int(get("requestSource", "0"), 9) is None
+        or (max_bytes is not None and _int(max_bytes, 9) is None)
+    ):
+        return None
+    request = PullRequest(
+        group, topic, queue_id, offset, max_nums,
+        None if max_bytes is None else int(max_bytes),
+        (get("subscription"), get("expressionType"))
+        if sys_flag & _SUBSCRIPTION else None,
+        commit if sys_flag & _COMMIT_OFFSET else None,
+    )  # fmt: skip
+    return request, suspend if sys_flag & _SUSPEND else 0
 
 
 def pull_message_now(
@@ -96,6 +154,14 @@ def pull_message_now(
     """Serve a pull at once when it need not be held (there is something to read, or it
     asks for no hold): no task of its own (:meth:`broker.core.pull.PullService.pull_nowait`).
     """
-    header = PullMessageRequestHeader.from_ext(cmd.ext_fields)
-    result = ctx.broker.pulls.pull_nowait(pull_request(header), hold_ms=hold_ms(header))
-    return LATER if result is None else answer(cmd, result, header.queue_offset)
+    request, hold = _request_of(cmd.ext_fields)
+    result = ctx.broker.pulls.pull_nowait(request, hold_ms=hold)
+    return LATER if result is None else answer(cmd, result, request.offset)
+
+
+def _int(raw: str | None, digits: int) -> int | None:
+    """``raw`` when it is at most ``digits`` plain ASCII digits (a Java int up to 9, a long
+    up to 18, whatever they are: the typed header's own fast rule), else None."""
+    if raw is not None and len(raw) <= digits and raw.isdigit() and raw.isascii():
+        return int(raw)
+    return None
