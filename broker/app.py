@@ -311,7 +311,7 @@ def _follower(
         broker.storage,
         broker.topics,
         master,
-        ReplicaMetadata(broker.topics, broker.groups, broker.store.offsets),
+        ReplicaMetadata(broker.topics, broker.groups, broker.store.offsets, broker.pop.mirror),
         broker_name=config.broker_name,
         broker_id=config.broker_id,
         epochs=broker.roles.epochs,

@@ -36,7 +36,8 @@ Master → replica:
 * ``META``: ``kind u8 | epoch u64 | table u8 | length u32 | crc32 u32 | bytes`` — a whole
   snapshot of one metadata table as the master persists it (RocketMQ's SlaveSynchronize,
   over the HA link instead of admin requests): ``META_TOPICS`` (``topics.json``),
-  ``META_GROUPS`` (``subscriptionGroup.json``), ``META_OFFSETS`` (``consumerOffset.json``).
+  ``META_GROUPS`` (``subscriptionGroup.json``), ``META_OFFSETS`` (``consumerOffset.json``),
+  ``META_POP`` (the pop in-flight table, as the pop journal's snapshot).
   A table id the replica does not know is passed on (a newer master); the caller skips it.
 
 The replica refuses an ``EPOCHS``, a batch or a snapshot from an epoch older than the one it
@@ -66,6 +67,9 @@ CONFIRM: Final = 0x15
 META_TOPICS: Final = 1
 META_GROUPS: Final = 2
 META_OFFSETS: Final = 3
+#: The pop in-flight table (leases, cursors, orderly locks), msgpack as the pop journal's
+#: snapshot.
+META_POP: Final = 4
 #: The largest batch a peer accepts: a bound on what one frame can make the reader buffer.
 MAX_BATCH: Final = 8 * 1024 * 1024
 MAX_NAME: Final = 1024

@@ -203,16 +203,23 @@ def _replication_policy(config: BrokerConfig, *, as_master: bool) -> Replication
 
 
 def _roles(config: BrokerConfig, store: MessageStore, replicas: ReplicaSet,
-           timers: TimerService) -> RoleService:  # fmt: skip
+           timers: TimerService, pop: PopEngine) -> RoleService:  # fmt: skip
     """The broker's role; its epochs in ``config/haEpoch`` (a master that never saw one
-    serves epoch 1 from offset 0; a replica knows none until its master answers)."""
+    serves epoch 1 from offset 0; a replica knows none until its master answers). On
+    promotion the timer service and the pop engine take over what the old master left: the
+    delayed messages in the log, the mirrored pop in-flight table."""
+
+    def adopt() -> None:
+        timers.adopt_log()
+        pop.adopt_replicated()
+
     return RoleService(
         store,
         replicas,
         EpochHistory(config.data_dir / "config" / "haEpoch", master=not config.is_replica),
         broker_id=config.broker_id,
         master_policy=_replication_policy(config, as_master=True),
-        adopt_log=timers.adopt_log,
+        adopt_log=adopt,
         role_file=role_path(config.data_dir),
         confirmed=ConfirmedOffset(config.data_dir / "config" / "haConfirmed"),
     )
@@ -300,7 +307,7 @@ async def open_broker(
     address, started_at = config.advertised(port), clock.now_s()
     identity = BrokerIdentity(config.cluster, config.broker_name, address)
     replicas = ReplicaSet(_replication_policy(config, as_master=not config.is_replica))
-    roles = _roles(config, store, replicas, timers)
+    roles = _roles(config, store, replicas, timers, pop)
     broker = Broker(
         config=config,
         clock=clock,

@@ -15,9 +15,10 @@ broker's own log writers (timers, revives, transaction check-backs) start. The p
 recorded in ``config/haRole`` (before the history): a restart with the replica's flags
 comes back as master (:mod:`broker.ha.role`).
 
-What the promoted broker does not have (not replicated yet): the old master's pop leases
-(consumers re-pop from the replicated offsets, which stop at the oldest message in flight),
-transaction bookkeeping. A master never truncates its own log.
+The pop engine adopts the in-flight table the old master mirrored to it (``META_POP``:
+leases, cursors, orderly locks), fitted to the log it holds. What the promoted broker does
+not have (not replicated yet): transaction bookkeeping. A master never truncates its own
+log.
 """
 
 from __future__ import annotations
@@ -61,8 +62,8 @@ class RoleService:
         self._broker_id = broker_id
         #: Sync replication as this broker applies it once it is a master.
         self.master_policy = master_policy
-        #: Takes over what the old master's log holds for the broker's own writers (the
-        #: timer service's delayed messages).
+        #: Takes over what the old master left for the broker's own writers (the timer
+        #: service's delayed messages in the log, the pop engine's mirrored in-flight table).
         self.adopt_log = adopt_log
         #: Where a promotion is recorded, so that a restart keeps it (``config/haRole``).
         self.role_file = role_file

@@ -8,19 +8,23 @@ most every 60 s). The replica applies them through the owners: topics and groups
 the master's (and persisted at once, as the master's are); offsets only ever move forward,
 and the store's checkpoint persists them as it does the master's.
 
-A pop commits its group's offset past what it popped at once (as RocketMQ's does), and pop
-in-flight state is not replicated: so the offsets a master sends are capped at the smallest
-offset each (group, topic, queue) still has in flight. A promoted replica's pops then start
-at the oldest unacknowledged message — what was popped and not acked is delivered again
-(duplicates, never a loss). A snapshot the replica
-cannot read or persist is skipped with a warning — the messages keep flowing, and the next
-change brings a new one.
+The pop in-flight table (leases with their deadlines, pop cursors, orderly locks) is a table
+too: a promoted replica's pops continue at the master's cursors, a message popped and not
+acked comes back at its deadline, an acked one never (at most the changes of the last
+interval are lost: those leases' messages are redelivered or, for an ack not yet sent, once
+more). A pop commits its group's offset past what it popped at once (as RocketMQ's does), so
+the offsets a master sends are still capped at the smallest offset each (group, topic,
+queue) has in flight: what a pull consumer of that group or a table snapshot the replica
+missed falls back on. A snapshot the replica cannot read or persist is skipped with a
+warning — the messages keep flowing, and the next change brings a new one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import msgpack
 
 from broker.groups import SubscriptionGroupManager
 from broker.logs import get_logger
@@ -29,12 +33,12 @@ from broker.topics import TopicManager
 from protocol.bodies.broker import TopicConfigSerializeWrapper
 from protocol.bodies.subscription import SubscriptionGroupWrapper
 from protocol.errors import TrimqError
-from protocol.ha import META_GROUPS, META_OFFSETS, META_TOPICS
+from protocol.ha import META_GROUPS, META_OFFSETS, META_POP, META_TOPICS
 
 _log = get_logger("ha.metadata")
 
 #: Every table, in the order a master sends them (topics before the offsets on them).
-TABLES = (META_TOPICS, META_GROUPS, META_OFFSETS)
+TABLES = (META_TOPICS, META_GROUPS, META_OFFSETS, META_POP)
 
 
 class InFlight(Protocol):
@@ -47,6 +51,10 @@ class InFlight(Protocol):
 
     def lowest_in_flight(self) -> Mapping[tuple[str, str, int], int]:
         """The smallest offset in flight per (group, topic, queue id)."""
+        ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """The whole table, msgpack-able (what the pop journal snapshots)."""
         ...
 
 
@@ -71,6 +79,8 @@ class MasterMetadata:
             return self.topics.data_version
         if table == META_GROUPS:
             return self.groups.data_version
+        if table == META_POP:
+            return self.in_flight.changes
         return self.offsets.changes, self.in_flight.changes
 
     def snapshot(self, table: int) -> bytes:
@@ -80,6 +90,9 @@ class MasterMetadata:
             return wrapper.to_json()
         if table == META_GROUPS:
             return self.groups.snapshot().to_json()
+        if table == META_POP:
+            packed: bytes = msgpack.packb(self.in_flight.snapshot(), use_bin_type=True)
+            return packed
         return self.offsets.snapshot(self.in_flight.lowest_in_flight())
 
 
@@ -87,11 +100,17 @@ class ReplicaMetadata:
     """The replica's side: apply a snapshot through the table's owner."""
 
     def __init__(
-        self, topics: TopicManager, groups: SubscriptionGroupManager, offsets: ConsumerOffsets
+        self,
+        topics: TopicManager,
+        groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsets,
+        pop_mirror: Callable[[dict[str, Any]], None],
     ) -> None:
         self.topics = topics
         self.groups = groups
         self.offsets = offsets
+        #: Takes the master's pop in-flight table (``PopEngine.mirror``).
+        self.pop_mirror = pop_mirror
         #: Snapshots applied, and those skipped (unreadable, or a table this broker lacks).
         self.applied = 0
         self.skipped = 0
@@ -100,7 +119,7 @@ class ReplicaMetadata:
         """Apply the master's snapshot of ``table``; returns whether anything changed."""
         try:
             changed = self._apply(table, data)
-        except (TrimqError, ValueError, OSError) as exc:
+        except (TrimqError, ValueError, OSError, msgpack.UnpackException) as exc:
             self.skipped += 1
             _log.warning("metadata snapshot skipped", table=table, error=str(exc))
             return False
@@ -115,4 +134,13 @@ class ReplicaMetadata:
             return self.groups.mirror(SubscriptionGroupWrapper.from_json(data))
         if table == META_OFFSETS:
             return self.offsets.advance_from(data) > 0
+        if table == META_POP:
+            return self._mirror_pop(data)
         raise ValueError(f"unknown metadata table {table} (a newer master?)")
+
+    def _mirror_pop(self, data: bytes) -> bool:
+        state = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        if not isinstance(state, dict):
+            raise ValueError("the pop in-flight table is not a map")
+        self.pop_mirror(state)
+        return True

@@ -396,6 +396,34 @@ class InflightTable:
                 list(offsets), attempt, {int(o): int(c) for o, c in counts}
             )
 
+    def replace(self, state: dict[str, Any]) -> None:
+        """Become a :meth:`snapshot` of another table (a replica mirroring its master's:
+        docs/design.md §13). Not journaled: the caller snapshots it."""
+        self.leases.clear()
+        self.cursors.clear()
+        self.locks.clear()
+        self._heap.clear()
+        self.restore(state)
+        self.changes += 1
+
+    def keep_held(self, max_offset: Callable[[str, int], int]) -> int:
+        """Fit the table to the messages this broker holds (``max_offset(topic, queue id)``:
+        one past its last): leases of messages it lacks go (nothing here to redeliver), and
+        cursors and orderly locks past them come back (a promoted replica whose log lagged
+        its master's in-flight table). Journaled as cursor moves; returns the leases
+        dropped. Dropped leases' heap entries go stale, as an acked lease's do."""
+        gone = [k for k in self.leases if k[3] >= max_offset(k[1], k[2])]
+        for key in gone:
+            del self.leases[key]
+        for (group, topic, queue_id), offset in list(self.cursors.items()):
+            held = max_offset(topic, queue_id)
+            if offset > held:
+                self.set_cursor(group, topic, queue_id, held)
+        for ref, lock in list(self.locks.items()):
+            if any(offset >= max_offset(ref[1], ref[2]) for offset in lock.offsets):
+                del self.locks[ref]
+        return len(gone)
+
     # ------------------------------------------------------------------ internals
     def _check(self, key: LeaseKey, pop_time: int, now_ms: int) -> Outcome:
         lease = self.leases.get(key)

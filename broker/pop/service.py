@@ -11,6 +11,7 @@ from collections.abc import Callable, Collection
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from broker.logs import get_logger
 from broker.metrics import EventKind, MetricsWriter
@@ -43,6 +44,8 @@ class PopEngine:
     metrics: MetricsWriter | None = None
     #: The journal a snapshot waits for, at least; 0: a snapshot at every checkpoint.
     snapshot_min_bytes: int = 256 * 1024
+    #: The table was replaced by a master's (not journaled): snapshot at the next checkpoint.
+    _mirrored: bool = False
 
     @classmethod
     def open(
@@ -235,6 +238,24 @@ class PopEngine:
                 self.v1_names.unregister(*owner)
         return self._snapshot_now()
 
+    # ------------------------------------------------------------------ replication
+    def mirror(self, state: dict[str, Any]) -> None:
+        """A replica: the master's in-flight table (leases, cursors, orderly locks) replaces
+        this one, made durable by the next checkpoint's snapshot (docs/design.md §13)."""
+        self.table.replace(state)
+        self._mirrored = True
+
+    def adopt_replicated(self) -> None:
+        """A replica becomes master: keep what its log holds of the mirrored table (see
+        :meth:`InflightTable.keep_held`) and have the revive loop look at its deadlines —
+        a message popped and not acked on the old master comes back at its deadline here,
+        an acked one never."""
+        dropped = self.table.keep_held(self.reader.store.max_offset)
+        self._mirrored = True
+        self.revive.poke()
+        _log.info("pop state adopted", leases=len(self.table), dropped=dropped,
+                  cursors=len(self.table.cursors))  # fmt: skip
+
     # ------------------------------------------------------------------ persistence
     def before_checkpoint(self) -> Callable[[], None]:
         """Main thread: start a new journal generation on a snapshot of the table once the
@@ -249,6 +270,9 @@ class PopEngine:
         journal holds at least ``snapshot_min_bytes`` and as many bytes as
         :data:`SNAPSHOT_BYTES_PER_LEASE` per lease: its cost is spread over at least as many
         ops, and a restart replays a journal no longer than a few snapshots."""
+        if self._mirrored:  # a mirrored table has no ops in the journal: snapshot it
+            self._mirrored = False
+            return self._snapshot_now()
         wanted = max(self.snapshot_min_bytes, SNAPSHOT_BYTES_PER_LEASE * len(self.table))
         if self.snapshot_min_bytes and self.journal.size < wanted:
             return self.journal.sync
@@ -266,7 +290,7 @@ class PopEngine:
     def close(self) -> None:
         """Write a last snapshot and close the journal (after the store's final checkpoint,
         so a clean restart replays nothing)."""
-        if self.journal.size:
+        if self.journal.size or self._mirrored:
             self.journal.sync()
             self.journal.rotate(self.table.snapshot())()
         self.journal.close()
