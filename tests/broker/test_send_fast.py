@@ -7,7 +7,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.remoting.processors.send import _plain_v2_request, _stored_ext, _typed_request
+from broker.remoting.processors.send import (
+    _STATUS_CODES,
+    _plain_v2_request,
+    _reply,
+    _stored_ext,
+    _typed_request,
+)
 from broker.store.api import PutResult, PutStatus
 from protocol.codes import RequestCode
 from protocol.command import request
@@ -91,3 +97,15 @@ def test_stored_ext_is_the_typed_response_header(queue_id: int, offset: int, phy
     ours = _stored_ext(result, queue_id)
     assert ours == typed
     assert list(ours) == list(typed)
+
+
+def test_send_ok_reply_is_the_table_s() -> None:
+    cmd = request(RequestCode.SEND_MESSAGE_V2, 9, JAVA_EXT, b"body")
+    result = PutResult(PutStatus.PUT_OK, 4096, 200, 17, 1, "", ("127.0.0.1", 10911))
+    assert result.stored
+    expected = cmd.response(
+        _STATUS_CODES[PutStatus.PUT_OK],
+        None,
+        SendMessageResponseHeader(msg_id=result.msg_id, queue_id=2, queue_offset=17).to_ext(),
+    )
+    assert _reply(cmd, result, 2) == expected

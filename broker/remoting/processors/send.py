@@ -39,6 +39,12 @@ _born_host = lru_cache(maxsize=4096)(born_host_of)
 
 
 def _reply(cmd: RemotingCommand, result: PutResult, queue_id: int, **extra: str) -> RemotingCommand:
+    if result.status is PutStatus.PUT_OK and not extra:
+        # The common answer first: hashing an Enum member (the table, ``stored``) is a
+        # Python call, twice per send.
+        return cmd.response(
+            ResponseCode.SUCCESS, result.remark or None, _stored_ext(result, queue_id)
+        )
     code = _STATUS_CODES[result.status]
     if not result.stored:
         return cmd.response(code, result.remark or result.status.value)
