@@ -4,7 +4,8 @@ times at random moments, under producers, with automatic failover through etcd.
 One broker group of three broker processes (``--replication sync --min-insync-replicas
 2``, ``--etcd-endpoints`` of a 3-member etcd on loopback, ``--etcd-lease-ttl-s``), and
 ``--producers`` tasks sending unique keys through trimq's own client to whichever broker
-the election names. Each round: traffic for a random 0.5-2.5 s, ``kill -9`` of the master,
+the election names, and ``--consumers`` pop consumers (one group, broker-side balancing)
+receiving and acking from it. Each round: traffic for a random 0.5-2.5 s, ``kill -9`` of the master,
 then wait until a new master answers SEND_OK; the killed broker is restarted as a replica
 (its ``config/haRole`` removed: the operator's demotion, docs/design.md §13) and the round
 ends once the in-sync set has all three again (so that the next kill has an in-sync
@@ -14,6 +15,9 @@ At the end every broker is stopped and the final master's store is read directly
 
 - **lost**: a key answered SEND_OK that is not stored (must be 0);
 - **duplicates**: stored copies beyond one per key (a retry after an ambiguous answer);
+- **consumed**: acknowledged keys the consumers never received once drained (the
+  consumers' side of no loss), and keys received more than once (redeliveries: offsets
+  reach replicas every few seconds and pop leases not at all);
 - **unavailability** per failover: from the kill to the first SEND_OK of any producer on
   the new master, and the election's part (kill to the new master key);
 - **masters**: the master epochs seen, strictly rising (no two masters under one epoch),
@@ -47,7 +51,7 @@ from broker.ha.election import InSyncSet, Keys, MasterRecord
 from broker.ha.etcd import EtcdClient, EtcdError, parse_endpoints
 from broker.store.config import StoreConfig
 from broker.store.store import MessageStore
-from client import ClientConfig, Message, Producer, SendStatus
+from client import ClientConfig, Message, Producer, SendStatus, SimpleConsumer
 from protocol.message import decode_records
 from scripts.etcd_local import EtcdCluster
 
@@ -158,6 +162,9 @@ class Traffic:
     last_error: str = ""
     leader: MasterRecord | None = None
     leader_changed: trio.Event = field(default_factory=trio.Event)
+    #: key -> how many times pop consumers received it (across every master).
+    received: Counter[str] = field(default_factory=Counter)
+    consume_errors: int = 0
     #: Set on every SEND_OK (the campaign waits on it for the first one after a kill).
     acked_event: trio.Event = field(default_factory=trio.Event)
     stop: bool = False
@@ -219,6 +226,30 @@ async def produce(label: str, traffic: Traffic) -> None:
                 await trio.sleep(0.05)
 
 
+async def consume(label: str, traffic: Traffic, until: trio.Event) -> None:
+    """Pop from the current master (broker-side balancing), ack what arrives; a new
+    consumer for every new master. Runs until ``until`` is set."""
+    while not until.is_set():
+        leader = traffic.leader
+        if leader is None:
+            await traffic.leader_changed.wait()
+            continue
+        config = ClientConfig(namesrv_addr=leader.address, request_timeout=3.0)
+        try:
+            async with SimpleConsumer(
+                config, group="campaign-pop", subscription={TOPIC: "*"}, await_duration=1.0,
+                consume_from="first",
+            ) as consumer:  # fmt: skip
+                while traffic.leader == leader and not until.is_set():
+                    messages = await consumer.receive(32, invisible_duration=20.0)
+                    for m in messages:
+                        traffic.received[m.body.decode()] += 1
+                    await consumer.ack_many(messages)
+        except Exception:  # a dead master, a refused pop: counted, tried again
+            traffic.consume_errors += 1
+            await trio.sleep(0.1)
+
+
 async def wait_insync(client: EtcdClient, count: int) -> None:
     with trio.fail_after(WAIT_S):
         for _ in itertools.count():  # etcd is another process: read again
@@ -266,10 +297,13 @@ async def campaign(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         for b in brokers:
             await b.start(0 if b.slot == 3 else b.slot, etcd.endpoints, args.ttl)
         await wait_insync(client, 3)
+        drained = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch_leader, client, traffic)
             for n in range(args.producers):
                 nursery.start_soon(produce, f"p{n}", traffic)
+            for n in range(args.consumers):
+                nursery.start_soon(consume, f"c{n}", traffic, drained)
             for round_no in range(args.kills):
                 await trio.sleep(rng.uniform(0.5, 2.5))
                 master = await read_master(client)
@@ -308,7 +342,13 @@ async def campaign(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     flush=True,
                 )
             await trio.sleep(1.0)
-            traffic.stop = True
+            traffic.stop = True  # producers stop; consumers drain what was acknowledged
+            with trio.move_on_after(args.drain_s if args.consumers else 0):
+                for _ in itertools.count():  # bounded by move_on_after
+                    if not set(traffic.acked) - set(traffic.received):
+                        break
+                    await trio.sleep(0.2)
+            drained.set()
             traffic.leader_changed.set()
             nursery.cancel_scope.cancel()
         final = await read_master(client)
@@ -335,6 +375,13 @@ async def campaign(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         "lost_sample": lost[:10],
         "duplicates": duplicates,
         "failed_sends": traffic.failed,
+        "consumers": args.consumers,
+        "received_keys": len(traffic.received),
+        "acknowledged_not_received": len(set(traffic.acked) - set(traffic.received))
+        if args.consumers
+        else None,
+        "received_more_than_once": sum(1 for n in traffic.received.values() if n > 1),
+        "consume_errors": traffic.consume_errors,
         "ambiguous_answers": traffic.ambiguous,
         "last_send_error": traffic.last_error,
         "epochs_rising": rising,
@@ -365,6 +412,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--producers", type=int, default=4)
+    parser.add_argument("--consumers", type=int, default=2, help="pop consumers (0: none)")
+    parser.add_argument(
+        "--drain-s", type=float, default=60.0, help="at the end, how long consumers may drain"
+    )
     parser.add_argument("--ttl", type=int, default=3, help="--etcd-lease-ttl-s")
     parser.add_argument("--seed", type=int, default=19)
     parser.add_argument("--out", help="write the result as JSON here")

@@ -1,6 +1,7 @@
 """The failover campaign's short version (``scripts/failover_campaign.py``, docs/ha.md):
-two ``kill -9`` of the current master under producers, each restarted as a replica; no
-SEND_OK message lost, epochs strictly rising. The long run (20+ kills) is not in CI."""
+two ``kill -9`` of the current master under producers and pop consumers, each restarted
+as a replica; no SEND_OK message lost (stored, and received by the consumers), epochs
+strictly rising. The long run (20+ kills) is not in CI."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ def test_two_failovers_lose_no_acknowledged_message(tmp_path: Path) -> None:
     assert result["lost"] == 0, result["lost_sample"]
     assert result["acknowledged"] > 0
     assert result["epochs_rising"]
+    # The pop consumers, drained at the end, received every acknowledged message.
+    assert result["acknowledged_not_received"] == 0
     assert done.returncode == 0
     print(
         f"\ncampaign: {result['acknowledged']} acknowledged, {result['duplicates']} duplicates, "
