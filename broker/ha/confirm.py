@@ -46,6 +46,11 @@ class ConfirmedOffset:
         self.value = offset
         return True
 
+    def cut_to(self, offset: int) -> None:
+        """The log was cut back to ``offset`` (a diverged tail): what was confirmed past it
+        was another master's and is gone; the new master confirms its own bytes there."""
+        self.value = min(self.value, offset)
+
     def before_checkpoint(self) -> Callable[[], None]:
         """A storage checkpoint hook: the writer persists the value taken now (run in a
         worker thread; nothing when it did not move)."""

@@ -243,6 +243,8 @@ class Follower:
                          log_end=store.log.end, common_point=point)  # fmt: skip
             self._truncated += await self.storage.truncate_to(point)
             self._queues_known = -1
+            self.confirmed.cut_to(point)
+            store.confirm(self.confirmed.value)
         self._master_history = master
         self.epochs.adopt(master, store.log.end)
         return store.log.end

@@ -1,5 +1,5 @@
-"""Epoch histories (broker/ha/epoch.py): the common point of two logs, and the durable file
-(docs/design.md §13)."""
+"""Epoch histories (broker/ha/epoch.py): the common point of two logs, and the durable file;
+the confirmed offset's file (broker/ha/confirm.py). docs/design.md §13."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.ha.confirm import ConfirmedOffset
 from broker.ha.epoch import EpochEntry, EpochHistory, common_point
 
 E = EpochEntry
@@ -79,3 +80,16 @@ def test_a_one_integer_file_of_earlier_builds_reads_as_the_first_epoch(tmp_path:
     path.write_text("{")
     with pytest.raises(ValueError, match="not an epoch history"):
         EpochHistory(path, master=False)
+
+
+def test_the_confirmed_offset_never_goes_back_but_is_cut_with_the_log(tmp_path: Path) -> None:
+    path = tmp_path / "haConfirmed"
+    confirmed = ConfirmedOffset(path)
+    assert confirmed.value == 0
+    assert confirmed.advance(500) and not confirmed.advance(400)
+    confirmed.before_checkpoint()()
+    assert ConfirmedOffset(path).value == 500
+    confirmed.cut_to(300)  # a diverged tail cut: the old master's confirmations go with it
+    assert confirmed.value == 300
+    confirmed.before_checkpoint()()
+    assert ConfirmedOffset(path).value == 300
