@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -181,6 +182,9 @@ class _Link:
         self.stream = stream
         self.protocol = protocol
         self.peer = peer
+        #: A plain TCP connection's socket, read and written with single non-blocking
+        #: syscalls (:meth:`receive`, :meth:`take`); None for TLS and memory streams.
+        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         # Woken after every read: the peer's window updates arrive that way.
         self._window = trio.Event()
         self._out: list[bytes] = []
@@ -200,13 +204,63 @@ class _Link:
         return self._written
 
     def take(self) -> int:
-        """Hand what the protocol has for the socket to the writer; the total handed."""
+        """Hand what the protocol has for the socket to the writer; the total handed.
+
+        When the writer has nothing queued or in progress, a plain TCP socket is written
+        here at once: one non-blocking write, no task switch to the writer and back (a
+        trio ``send_all`` also yields once after it). A write cannot be torn by a
+        cancellation (it is synchronous); what the socket does not take goes to the writer,
+        after which order is kept by queueing everything behind it."""
         data = self.protocol.data_to_send()
         if data:
-            self._out.append(data)
             self._queued += len(data)
-            self._has_data.set()
+            if self._socket is not None and not self._out and not self._writing:
+                data = self._write_now(self._socket, data)
+            if data:
+                self._out.append(data)
+                self._has_data.set()
         return self._queued
+
+    def _write_now(self, sock: trio.socket.SocketType, data: bytes) -> bytes:
+        """Write what the socket takes without blocking; what is left for the writer."""
+        fd = sock.fileno()
+        if fd < 0 or self.failed:
+            return data  # closed: the writer reports it (or is gone)
+        try:
+            sent = os.write(fd, data)
+        except OSError:  # full (BlockingIOError), or broken: the writer meets it again
+            return data
+        self._written += sent
+        return data[sent:]
+
+    async def receive(self) -> bytes | bytearray:
+        """The next bytes from the peer, b"" at its end (``receive_some``'s contract).
+
+        A plain TCP socket is read with one non-blocking read, waiting for readability
+        only when it has nothing: trio's ``recv`` would also yield after every read that
+        found data, which for a read that already waited is a second scheduler pass per
+        call. A read that did not wait still yields once (others get their turn, as
+        before)."""
+        sock = self._socket
+        if sock is None:
+            return await self.stream.receive_some(RECEIVE_SIZE)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        waited = False
+        while True:  # bounded: each round but the last waits until the socket is readable
+            fd = sock.fileno()
+            if fd < 0:
+                raise trio.ClosedResourceError("the socket was closed")
+            try:
+                data = os.read(fd, RECEIVE_SIZE)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(sock)
+                waited = True
+                continue
+            except OSError as exc:
+                raise trio.BrokenResourceError(f"read failed: {exc}") from exc
+            if not waited:  # shielded: the bytes are read, they must not be lost
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            return data
 
     async def flush(self) -> None:
         """Write whatever the protocol has for the socket (wait until the writer did).
@@ -582,7 +636,7 @@ async def _read(
     while True:
         connection.reading = True
         try:
-            data = await link.stream.receive_some(RECEIVE_SIZE)
+            data = await link.receive()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
         finally:

@@ -377,6 +377,32 @@ async def test_cancelled_call_cannot_tear_the_byte_stream() -> None:
             assert (await client.unary("/t.Test/Echo", b"intact")).messages == [b"intact"]
 
 
+async def test_tcp_writes_beyond_full_socket_buffers_keep_their_order() -> None:
+    # Over plain TCP a reply is written at once while the writer is idle; what the socket
+    # does not take goes to the writer, and replies queued after it wait behind it.
+    service = FakeService()
+    size = 16 << 20  # more than loopback's socket buffers take
+    window = 2**31 - 1
+    with trio.fail_after(TIMEOUT):
+        async with (
+            serve_fake(service) as served,
+            open_grpc_client(served.port, initial_window=window, connection_window=window)
+            as client,
+        ):  # fmt: skip
+            await client.unary("/t.Test/Echo", b"warm up")
+            client.pause_reading()
+            big = await client.start_call("/t.Test/Big")
+            await big.send(b"%d" % size, end=True)
+            await service.wait_started("Big")
+            behind = await client.start_call("/t.Test/Echo")
+            await behind.send(b"behind", end=True)
+            client.resume_reading()
+            assert (await big.result()).messages == [b"b" * size]
+            assert (await behind.result()).messages == [b"behind"]
+            assert client.error is None
+            assert (await client.unary("/t.Test/Echo", b"intact")).messages == [b"intact"]
+
+
 async def test_many_concurrent_calls_on_one_connection() -> None:
     service = FakeService()
     with trio.fail_after(TIMEOUT):
