@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from protocol.errors import ReceiptError
+from protocol.errors import EncodeError, ReceiptError
 from protocol.grpc import schema
 from protocol.grpc.codes import Code
 from protocol.grpc.convert import (
@@ -116,6 +116,35 @@ def test_receipt_handles_carry_the_log_offset_and_remoting_receipts_pass() -> No
     for bad in ("", "nonsense", receipt.encode() + " x"):
         with pytest.raises(ReceiptError):
             decode_handle(bad)
+
+
+@pytest.mark.parametrize(
+    "receipt",
+    [
+        ExtraInfo(2**63 - 1, -(2**63), 0, 2**31 - 1, RetryFlag.RETRY_V2, "b", -(2**31), 2**63 - 1),
+        ExtraInfo(5, 1_000, 30_000, 999, RetryFlag.RETRY_V1, "broker-a", 3, None),
+        ExtraInfo(5, 1_000, 30_000, 0, 1, "broker-a", 3, 9),  # type: ignore[arg-type]
+    ],
+)
+def test_a_handle_formats_its_receipt_as_encode_does(receipt: ExtraInfo) -> None:
+    # The handle's own formatting of a pop's receipt (no per-field calls) and encode agree.
+    assert encode_handle(receipt, 77) == receipt.encode() + " 77"
+
+
+@pytest.mark.parametrize(
+    "receipt",
+    [
+        ExtraInfo(2**63, 1, 1, 0, RetryFlag.NORMAL, "b", 0, 0),
+        ExtraInfo(1, 1, 1, 2**31, RetryFlag.NORMAL, "b", 0, 0),
+        ExtraInfo(1, 1.5, 1, 0, RetryFlag.NORMAL, "b", 0, 0),  # type: ignore[arg-type]
+        ExtraInfo(1, 1, 1, 0, RetryFlag.NORMAL, "a b", 0, 0),
+        ExtraInfo(1, 1, 1, 0, True, "b", 0, 0),  # type: ignore[arg-type]
+        ExtraInfo(1, 1, 1, 0, RetryFlag.NORMAL, "b", 0, True),
+    ],
+)
+def test_a_handle_of_a_bad_receipt_fails_as_encode_does(receipt: ExtraInfo) -> None:
+    with pytest.raises(EncodeError):
+        encode_handle(receipt, 77)
 
 
 def test_java_hash_is_string_hash_code() -> None:
