@@ -34,6 +34,7 @@ import itertools
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -423,17 +424,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="trimq-campaign-"))
     started = time.monotonic()
-    result = trio.run(campaign, args, root)
+    try:
+        result = trio.run(campaign, args, root)
+    finally:
+        if not args.keep:  # also after a failure: logs are kept only on request
+            shutil.rmtree(root, ignore_errors=True)
     result["seconds"] = round(time.monotonic() - started, 1)
     result["work_dir"] = str(root) if args.keep else None
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
-    if not args.keep:
-        import shutil
-
-        shutil.rmtree(root, ignore_errors=True)
     return 1 if result["lost"] else 0
 
 
