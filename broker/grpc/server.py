@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, NoReturn, Protocol, TypeVar
@@ -390,6 +390,10 @@ class Call:
     def send_nowait(self, payload: bytes) -> None:
         """Queue a response message (written with the next flush)."""
         self.link.protocol.send_message(self.stream_id, payload)
+
+    def send_many_nowait(self, payloads: Iterable[bytes]) -> None:
+        """Queue response messages in order (written with the next flush)."""
+        self.link.protocol.send_messages(self.stream_id, payloads)
 
     def push_nowait(self, payload: bytes) -> bool:
         """Queue a message the server starts (a command on a Telemetry stream, from outside

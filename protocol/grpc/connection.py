@@ -35,7 +35,7 @@ that stream (RST_STREAM) and end its call as :class:`CallReset`.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -537,6 +537,24 @@ class GrpcConnection:
         stream.pending.append(memoryview(data))
         stream.unsent += len(data)
         self._dirty.add(stream_id)  # pumped by data_to_send (or end_call), with the others
+
+    def send_messages(self, stream_id: int, payloads: Iterable[bytes]) -> None:
+        """Queue several response messages (a receive's batch) as :meth:`send_message` does
+        each: the stream is looked up and checked once for all of them."""
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.trailers is not None or self.closed:
+            return
+        self._start(stream_id, stream)
+        pending = stream.pending
+        size = 0
+        try:  # ``payloads`` may fail midway: what it gave before is queued and counted
+            for payload in payloads:
+                data = encode_message(payload)
+                pending.append(memoryview(data))
+                size += len(data)
+        finally:
+            stream.unsent += size
+            self._dirty.add(stream_id)
 
     def end_call(self, stream_id: int, status: int, message: str = "") -> None:
         """End a call with its status: trailers after the queued messages, or Trailers-Only

@@ -247,6 +247,27 @@ def test_server_streaming_messages_then_trailers() -> None:
     assert seen.status == (0, "")
 
 
+def test_a_batch_of_messages_goes_as_one_at_a_time_would() -> None:
+    pair = Pair()
+    sid = pair.request(b"receive")
+    pair.to_server()
+    bodies = [b"status", b"m1" * 1000, b"", b"m3"]
+
+    def failing() -> Any:
+        yield b"m4"
+        raise ValueError("a record that does not decode")
+
+    pair.server.send_messages(sid, iter(bodies))
+    with pytest.raises(ValueError, match="does not decode"):  # what came before is still sent
+        pair.server.send_messages(sid, failing())
+    assert pair.server.unsent(sid) == sum(len(frame(b)) for b in [*bodies, b"m4"])
+    pair.server.end_call(sid, GrpcStatus.OK)
+    pair.to_client()
+    seen = pair.seen[sid]
+    assert seen.kinds == ["headers", *["message"] * 5, "trailers", "end"]
+    assert seen.messages == [*bodies, b"m4"]
+
+
 def test_error_after_messages_uses_trailers_and_encodes_the_message() -> None:
     pair = Pair()
     sid = pair.request(b"x")
