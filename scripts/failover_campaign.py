@@ -251,6 +251,19 @@ async def consume(label: str, traffic: Traffic, until: trio.Event) -> None:
             await trio.sleep(0.1)
 
 
+async def wait_master(client: EtcdClient) -> MasterRecord:
+    with trio.fail_after(WAIT_S):
+        for _ in itertools.count():  # etcd is another process: read again
+            try:
+                master = await read_master(client)
+            except EtcdError:  # a slow etcd under load: read again
+                master = None
+            if master is not None:
+                return master
+            await trio.sleep(0.05)
+    raise AssertionError("unreachable")
+
+
 async def wait_insync(client: EtcdClient, count: int) -> None:
     with trio.fail_after(WAIT_S):
         for _ in itertools.count():  # etcd is another process: read again
@@ -307,8 +320,9 @@ async def campaign(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 nursery.start_soon(consume, f"c{n}", traffic, drained)
             for round_no in range(args.kills):
                 await trio.sleep(rng.uniform(0.5, 2.5))
-                master = await read_master(client)
-                assert master is not None, "no master between rounds"
+                # Under load a master may lose its lease on its own (a spontaneous
+                # failover): wait for the group to have one again rather than fail.
+                master = await wait_master(client)
                 epochs_seen.append(master.epoch)
                 victim = next(b for b in brokers if b.address == master.address)
                 before = len(traffic.acked)
@@ -317,8 +331,8 @@ async def campaign(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 failover = Failover(victim.slot, master.epoch)
                 with trio.fail_after(WAIT_S):
                     while True:  # bounded by fail_after
-                        new = await read_master(client)
-                        if new is not None and new.epoch != master.epoch:
+                        new = await wait_master(client)
+                        if new.epoch != master.epoch:
                             break
                         await trio.sleep(0.02)
                 failover.new_epoch = new.epoch
