@@ -218,7 +218,9 @@ async def produce(label: str, traffic: Traffic) -> None:
                     else:
                         continue
                     break
-            except Exception as exc:  # every failure is retried; the kind is reported
+            except* trio.Cancelled:  # the campaign's end: errors beside it are moot
+                raise
+            except* Exception as exc:  # every failure is retried; the kind is reported
                 traffic.failed += 1
                 cause: BaseException = exc
                 while isinstance(cause, BaseExceptionGroup) and cause.exceptions:
@@ -246,7 +248,9 @@ async def consume(label: str, traffic: Traffic, until: trio.Event) -> None:
                     for m in messages:
                         traffic.received[m.body.decode()] += 1
                     await consumer.ack_many(messages)
-        except Exception:  # a dead master, a refused pop: counted, tried again
+        except* trio.Cancelled:  # the campaign's end: errors beside it are moot
+            raise
+        except* Exception:  # a dead master, a refused pop: counted, tried again
             traffic.consume_errors += 1
             await trio.sleep(0.1)
 
