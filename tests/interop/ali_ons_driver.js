@@ -17,6 +17,20 @@
  *   Either mode takes --access-key AK --secret-key SK: ali-ons then signs every request
  *   (RocketMQ ACL 1.0; its accessKeyId / accessKeySecret options). A failed send prints
  *   {"event": "send_failed", "key", "error"} and the producer goes on with the next message.
+ *
+ *   node ali_ons_driver.js stream --namesrv HOST:PORT --group G --topic T --prefix P
+ *       --count N --pace-ms MS --retry-pause-ms MS --retry-for-ms MS [--poll-namesrv-ms MS]
+ *     sends the messages keyed P-0 .. P-(N-1) one after the other, MS apart (a failover
+ *     test's steady producer). A message is sent again (a new send of the same key) until
+ *     SEND_OK: every failed attempt (a throw, or another status) prints {"event":
+ *     "send_failed", "key", "attempt", "error"}, then it waits --retry-pause-ms; past
+ *     --retry-for-ms it prints {"event": "gave_up", "key"} and goes on. A SEND_OK prints
+ *     {"event": "sent", "key", "status", "msg_id", "offset", "queue_id", "attempts"}. It
+ *     stops early once standard input reaches end of file, then prints {"event": "done",
+ *     "sent", "gave_up"}.
+ *   consume and stream take --poll-namesrv-ms: ali-ons's pollNameServerInteval (sic; 30 s
+ *   by default), how often it asks the name server again for the routes it uses; a
+ *   failover reaches the client no sooner.
  */
 
 const crypto = require('crypto');
@@ -51,6 +65,63 @@ function credentials(args) {
   return args.accessKey ? { accessKeyId: args.accessKey, accessKeySecret: args.secretKey } : {};
 }
 
+// Client options only given on the command line (absent: ali-ons's defaults).
+function tuning(args) {
+  return args.pollNamesrvMs ? { pollNameServerInteval: Number(args.pollNamesrvMs) } : {};
+}
+
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+
+async function stream(args) {
+  const producer = new Producer(Object.assign(
+    { httpclient, nameSrv: args.namesrv, producerGroup: args.group }, tuning(args)));
+  producer.on('error', onError);
+  await producer.ready();
+  emit('started');
+  let stopping = false;
+  process.stdin.on('end', () => { stopping = true; });
+  process.stdin.on('error', () => { stopping = true; });
+  process.stdin.resume();
+  const count = Number(args.count);
+  const pace = Number(args.paceMs);
+  const retryPause = Number(args.retryPauseMs);
+  const retryFor = Number(args.retryForMs);
+  let sent = 0;
+  let gaveUp = 0;
+  for (let i = 0; i < count && !stopping; i++) {
+    const key = `${args.prefix}-${i}`;
+    const first = Date.now();
+    for (let attempt = 1; ; attempt++) {
+      let error;
+      try {
+        const msg = new Message(args.topic, 'failover', Buffer.from(`${key}|failover`, 'utf8'));
+        msg.keys = [ key ];
+        const result = await producer.send(msg);
+        if (result.sendStatus === 'SEND_OK') {
+          emit('sent', { key, status: result.sendStatus, msg_id: result.msgId,
+            offset: Number(result.queueOffset), queue_id: result.messageQueue.queueId,
+            attempts: attempt });
+          sent++;
+          break;
+        }
+        error = `status ${result.sendStatus}`;
+      } catch (err) {
+        error = String(err && err.message ? err.message : err);
+      }
+      emit('send_failed', { key, attempt, error });
+      if (Date.now() - first > retryFor) {
+        emit('gave_up', { key });
+        gaveUp++;
+        break;
+      }
+      await sleep(retryPause);
+    }
+    await sleep(pace);
+  }
+  await producer.close();
+  emit('done', { sent, gave_up: gaveUp });
+}
+
 async function produce(args) {
   const plan = JSON.parse(fs.readFileSync(args.plan, 'utf8'));
   const producer = new Producer(Object.assign(
@@ -79,7 +150,7 @@ async function consume(args) {
     httpclient,
     nameSrv: args.namesrv,
     consumerGroup: args.group,
-  }, credentials(args)));
+  }, credentials(args), tuning(args)));
   consumer.on('error', onError);
   consumer.subscribe(args.topic, args.expression, async msg => {
     const body = msg.body || Buffer.alloc(0);
@@ -117,6 +188,8 @@ async function main() {
     await produce(args);
   } else if (args.mode === 'consume') {
     await consume(args);
+  } else if (args.mode === 'stream') {
+    await stream(args);
   } else {
     throw new Error(`unknown mode ${args.mode}`);
   }

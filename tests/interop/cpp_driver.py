@@ -17,6 +17,19 @@ JSON object per line on stdout:
     handler answers RECONSUME_LATER the first time (``reconsume_times == 0``) it sees the
     message whose key is ``--fail-key``.
 
+``stream``
+    a failover test's steady producer of ``--group``: sends the messages keyed ``P-0`` ..
+    ``P-(N-1)`` (``--prefix P --count N``) to ``--topic`` synchronously, ``--pace-ms`` apart.
+    A message is sent again (a new message, same key) until SEND_OK: every failed attempt
+    (an exception, or another status) prints ``{"event": "send_failed", "key", "attempt",
+    "error"}`` and waits ``--retry-pause-ms``; past ``--retry-for-ms`` it prints
+    ``{"event": "gave_up", "key"}`` and goes on. A SEND_OK prints ``{"event": "sent", "key",
+    "status", "msg_id", "offset", "attempts"}``. It stops early once standard input reaches
+    end of file, then prints ``{"event": "done", "sent", "gave_up"}``. ``--send-timeout-ms``
+    is the client's send timeout (3 s: an attempt never hangs longer). client-cpp 1.x asks
+    the name server again for the routes it uses every 30 s (first 3 s after the start;
+    ``MQClientFactory::updateTopicRouteInfo``), not settable: a failover reaches it no sooner.
+
 ``transact`` (client-cpp 2.1 only)
     a transactional producer of ``--group`` sends every message of ``--plan`` (a JSON file:
     ``{"topic", "messages": [{"key", "tag", "body", "local", "check"}]}``) with
@@ -79,10 +92,12 @@ from __future__ import annotations
 import argparse
 import ctypes
 import hashlib
+import itertools
 import json
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -106,6 +121,9 @@ def _text(value: object) -> str:
         return value.decode("utf-8", "replace")
     return "" if value is None else str(value)
 
+
+#: CSendStatus: E_SEND_OK.
+SEND_OK = 0
 
 #: ACL 1.0 credentials (access key, secret key, channel), when the test gave them.
 Credentials = tuple[str, str, str] | None
@@ -135,6 +153,55 @@ def produce(namesrv: str, group: str, plan_path: str, credentials: Credentials =
     finally:
         producer.shutdown()
     emit("done")
+    return 0
+
+
+def stream(namesrv: str, group: str, args: argparse.Namespace) -> int:
+    """The ``stream`` mode (see the module docstring)."""
+    stopping = threading.Event()
+
+    def watch_stdin() -> None:
+        sys.stdin.read()  # until the test closes our standard input
+        stopping.set()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    producer = rmq.Producer(group, timeout=args.send_timeout_ms)
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    emit("started")
+    sent = gave_up = 0
+    try:
+        for i in range(args.count):
+            if stopping.is_set():
+                break
+            key = f"{args.prefix}-{i}"
+            first = time.monotonic()
+            for attempt in itertools.count(1):
+                msg = rmq.Message(args.topic)
+                msg.set_keys(key)
+                msg.set_tags("failover")
+                msg.set_body(f"{key}|failover")
+                try:
+                    result = producer.send_sync(msg)
+                except Exception as exc:  # the wrappers' ProducerSendSyncFailed, say
+                    error = f"{type(exc).__name__}: {exc}"
+                else:
+                    if int(result.status) == SEND_OK:
+                        emit("sent", key=key, status=int(result.status), msg_id=result.msg_id,
+                             offset=int(result.offset), attempts=attempt)  # fmt: skip
+                        sent += 1
+                        break
+                    error = f"status {int(result.status)}"
+                emit("send_failed", key=key, attempt=attempt, error=error)
+                if time.monotonic() - first > args.retry_for_ms / 1000:
+                    emit("gave_up", key=key)
+                    gave_up += 1
+                    break
+                time.sleep(args.retry_pause_ms / 1000)
+            time.sleep(args.pace_ms / 1000)
+    finally:
+        producer.shutdown()
+    emit("done", sent=sent, gave_up=gave_up)
     return 0
 
 
@@ -369,11 +436,23 @@ def transact(namesrv: str, group: str, plan_path: str, *, send: bool, log_level:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("mode", choices=("produce", "consume", "transact", "checker"))
+    parser.add_argument("mode", choices=("produce", "consume", "stream", "transact", "checker"))
     parser.add_argument("--namesrv", required=True, help="HOST:PORT of the broker")
     parser.add_argument("--group", required=True)
     parser.add_argument("--plan", help="produce, transact, checker: the JSON message plan")
-    parser.add_argument("--topic", help="consume: the topic")
+    parser.add_argument("--topic", help="consume, stream: the topic")
+    parser.add_argument("--prefix", default="k", help="stream: key prefix")
+    parser.add_argument("--count", type=int, default=100, help="stream: messages at most")
+    parser.add_argument("--pace-ms", type=int, default=100, help="stream: pause between keys")
+    parser.add_argument(
+        "--retry-pause-ms", type=int, default=200, help="stream: pause before a retry"
+    )
+    parser.add_argument(
+        "--retry-for-ms", type=int, default=120_000, help="stream: retry one key this long"
+    )
+    parser.add_argument(
+        "--send-timeout-ms", type=int, default=3000, help="stream: the client's send timeout"
+    )
     parser.add_argument("--expression", default="*", help="consume: tag expression")
     parser.add_argument("--fail-key", default="", help="consume: key to fail once")
     parser.add_argument(
@@ -396,6 +475,8 @@ def main() -> int:
         credentials = (args.access_key, args.secret_key or "", args.channel)
     if args.mode == "produce":
         code = produce(args.namesrv, args.group, args.plan, credentials)
+    elif args.mode == "stream":
+        code = stream(args.namesrv, args.group, args)
     elif args.mode in ("transact", "checker"):
         code = transact(args.namesrv, args.group, args.plan, send=args.mode == "transact",
                         log_level=args.log_level, shutdown=not args.skip_shutdown)  # fmt: skip
