@@ -1,7 +1,8 @@
 """The failover campaign's short version (``scripts/failover_campaign.py``, docs/ha.md):
-two ``kill -9`` of the current master under producers and pop consumers, each restarted
-as a replica; no SEND_OK message lost (stored, and received by the consumers), epochs
-strictly rising. The long run (20+ kills) is not in CI."""
+two ``kill -9`` of the current master under producers, pop consumers and a pull consumer
+(a second group, resuming from its committed offsets on each new master), each killed
+broker restarted as a replica; no SEND_OK message lost (stored, and received by both
+groups), epochs strictly rising. The long run (20+ kills) is not in CI."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_two_failovers_lose_no_acknowledged_message(tmp_path: Path) -> None:
     # Its own processes (etcd, three brokers), each stopped by pid; bounded by the timeout.
     done = subprocess.run(
         [sys.executable, "-m", "scripts.failover_campaign", "--kills", "2", "--producers", "2",
-         "--out", str(out)],
+         "--pull-consumers", "1", "--out", str(out)],
         cwd=REPO, capture_output=True, timeout=600, check=False,
     )  # fmt: skip
     assert out.exists(), done.stderr.decode(errors="replace")[-3000:]
@@ -31,10 +32,14 @@ def test_two_failovers_lose_no_acknowledged_message(tmp_path: Path) -> None:
     assert result["lost"] == 0, result["lost_sample"]
     assert result["acknowledged"] > 0
     assert result["epochs_rising"]
-    # The pop consumers, drained at the end, received every acknowledged message.
+    # Each group, drained at the end, received every acknowledged message: the pop
+    # consumers and the pull consumer (redeliveries allowed, losses not).
     assert result["acknowledged_not_received"] == 0
+    pull = result["groups"]["pull"]
+    assert pull["acknowledged_not_received"] == 0, pull["missing_sample"]
     assert done.returncode == 0
     print(
         f"\ncampaign: {result['acknowledged']} acknowledged, {result['duplicates']} duplicates, "
-        f"unavailable {result['unavailable_s']}, election {result['election_s']}"
+        f"unavailable {result['unavailable_s']}, election {result['election_s']}, pull "
+        f"redelivered {pull['received_more_than_once']}, {result['seconds']} s"
     )
