@@ -242,7 +242,9 @@ async def driver_clients(
     producing = TimedRun(f"{client.name} producer", root / "stream.err")
     async with trio.open_nursery() as nursery:
         consumer = LiveDriver(consuming)
-        consume = ["consume", "--group", f"failover_{client.name}", "--topic", TOPIC]
+        # A group name allows letters, digits, "_", "-", "%" and "|" (no "." of "cpp-1.x").
+        group_name = "failover_" + client.name.replace(".", "")
+        consume = ["consume", "--group", group_name, "--topic", TOPIC]
         await nursery.start(consumer.serve, command(*consume, *tuning), env)
         await consumer.wait_for("start", lambda: bool(consuming.of("started")), SETUP_BOUND_S)
         producer = LiveDriver(producing)
