@@ -1,13 +1,21 @@
 """The demo cluster's client programs (used by ``docker/compose.yaml`` and ``scripts/demo.py``).
 
-    python -m scripts.demo_clients setup          --namesrv NS --topic T [--brokers 2]
+    python -m scripts.demo_clients setup          --namesrv NS --topic T --brokers 2 --replicas 1
     python -m scripts.demo_clients produce        --namesrv NS --topic T --rate 50 --seconds 60
     python -m scripts.demo_clients push-consume   --namesrv NS --topic T --group G --fail-every 10
     python -m scripts.demo_clients simple-consume --namesrv NS --topic T --group G
     python -m scripts.demo_clients count          --namesrv NS --topic T
 
-Every program runs for a bounded time and ends by printing one JSON line with
-``"event": "summary"``. ``--namesrv`` defaults to ``NAMESRV_ADDR``.
+Every program runs for a bounded time (``--seconds``; ``--stop-file`` ends it sooner once
+that file exists) and ends by printing one JSON line with ``"event": "summary"``.
+``--namesrv`` defaults to ``NAMESRV_ADDR``. ``--acked-file`` (produce) and
+``--received-file`` (simple-consume) write one message number per line, so that the demo
+can check that every SEND_OK message was received, across a failover too.
+
+The demo kills a master on purpose (docs/ha.md): the clients refresh their routes every
+``--route-refresh-s`` (2 s here, RocketMQ's 30 s elsewhere) so that they follow the elected
+replica within the demo's time, and the consumers count a failed receive or ack instead of
+dying on it (the broker redelivers what was not acked).
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import anyio
 
@@ -34,28 +43,64 @@ from protocol.errors import BrokerError
 from protocol.headers.admin import CreateTopicRequestHeader
 from protocol.headers.offsets import GetMaxOffsetRequestHeader, GetMaxOffsetResponseHeader
 
+#: How often a consumer that only waits looks for its stop file.
+_STOP_POLL_S = 0.5
+
 
 def summary(**fields: Any) -> None:
     """Print the program's closing JSON line."""
     print(json.dumps({"event": "summary", **fields}, sort_keys=True), flush=True)
 
 
-async def cluster_brokers(instance: ClientInstance) -> dict[str, str]:
-    """Broker name → master address, from the name server's cluster info."""
+def stopped(stop_file: Path | None) -> bool:
+    """Whether the launcher asked this program to end (it creates ``stop_file``)."""
+    return stop_file is not None and stop_file.exists()
+
+
+def numbers_file(path: Path | None) -> IO[str] | None:
+    """A file of message numbers, one a line (line-buffered: readable while we run)."""
+    return None if path is None else path.open("a", buffering=1)
+
+
+def message_number(message: ReceivedMessage) -> int | None:
+    """The ``i`` of a demo message's body ``demo <i>``."""
+    if not message.body.startswith(b"demo "):
+        return None
+    try:
+        return int(message.body.split()[-1])
+    except ValueError:
+        return None
+
+
+async def cluster_brokers(instance: ClientInstance) -> dict[str, dict[int, str]]:
+    """Broker name → broker id → address, from the name server's cluster info."""
     (namesrv,) = instance.config.namesrv_addresses[:1]
     reply = await instance.call(namesrv, instance.request(RequestCode.GET_BROKER_CLUSTER_INFO))
     info = ClusterInfo.from_json(reply.body)
-    return {n: b.master_addr for n, b in info.broker_addr_table.items() if b.master_addr}
+    return {n: dict(b.broker_addrs) for n, b in info.broker_addr_table.items()}
 
 
-async def setup(config: ClientConfig, topic: str, brokers: int, queues: int) -> None:
-    """Wait for ``brokers`` registered brokers, create ``topic`` on each, wait for the route."""
+def ready(groups: dict[str, dict[int, str]], brokers: int, replicas: int) -> dict[str, str]:
+    """Name → master address once ``brokers`` groups each have a master and ``replicas``
+    replicas registered, else empty."""
+    whole = {
+        name: ids[0]
+        for name, ids in groups.items()
+        if 0 in ids and sum(1 for i in ids if i > 0) >= replicas
+    }
+    return whole if len(whole) >= brokers else {}
+
+
+async def setup(config: ClientConfig, topic: str, brokers: int, queues: int, replicas: int) -> None:
+    """Wait for ``brokers`` registered groups (with ``replicas`` replicas each: a sync
+    master refuses sends until its replica follows it), create ``topic`` on each master,
+    wait for the route."""
     async with open_instance(config) as (instance, _):
         found: dict[str, str] = {}
         with anyio.fail_after(60):
-            while len(found) < brokers:
+            while not found:
                 try:
-                    found = await cluster_brokers(instance)
+                    found = ready(await cluster_brokers(instance), brokers, replicas)
                 except (ClientError, BrokerError):
                     found = {}
                 await anyio.sleep(0.2)
@@ -79,13 +124,25 @@ async def setup(config: ClientConfig, topic: str, brokers: int, queues: int) -> 
     summary(topic=topic, brokers=sorted(found))
 
 
-async def produce(config: ClientConfig, topic: str, rate: float, seconds: float) -> None:
-    """Send at ``rate`` msg/s for ``seconds``, keyed ``k<i>``; failures are counted."""
+async def produce(
+    config: ClientConfig,
+    topic: str,
+    rate: float,
+    seconds: float,
+    stop_file: Path | None = None,
+    acked_file: Path | None = None,
+) -> None:
+    """Send at ``rate`` msg/s for ``seconds`` (or until ``stop_file`` exists), keyed
+    ``k<i>``; failures are counted. Each SEND_OK goes to ``acked_file`` as
+    ``{"n": i, "broker": name, "t": unix time}``."""
     sent = failed = 0
     per_broker: dict[str, int] = {}
+    acked = numbers_file(acked_file)
     async with Producer(config) as producer:
         start = time.monotonic()
         for i in range(int(rate * seconds)):  # bounded
+            if stopped(stop_file):
+                break
             delay = start + i / rate - time.monotonic()
             if delay > 0:
                 await anyio.sleep(delay)
@@ -98,7 +155,12 @@ async def produce(config: ClientConfig, topic: str, rate: float, seconds: float)
                 print(f"send {i} failed: {exc}", file=sys.stderr)
                 continue
             sent += 1
-            per_broker[receipt.queue.broker_name] = per_broker.get(receipt.queue.broker_name, 0) + 1
+            broker = receipt.queue.broker_name
+            per_broker[broker] = per_broker.get(broker, 0) + 1
+            if acked is not None:
+                acked.write(json.dumps({"n": i, "broker": broker, "t": time.time()}) + "\n")
+    if acked is not None:
+        acked.close()
     summary(sent=sent, failed=failed, per_broker=per_broker)
 
 
@@ -109,6 +171,7 @@ async def push_consume(
     fail_every: int,
     seconds: float,
     retry_seconds: float,
+    stop_file: Path | None = None,
 ) -> None:
     """A pop-mode push consumer failing messages whose number is a multiple of ``fail_every``
     (always: so they reach the DLQ after the broker's max reconsume times)."""
@@ -118,8 +181,8 @@ async def push_consume(
         stats["received"] += 1
         if message.delivery_attempt > 1:
             stats["retried"] += 1
-        number = int(message.body.split()[-1]) if message.body.startswith(b"demo ") else 1
-        if fail_every > 0 and number % fail_every == 0:
+        number = message_number(message)
+        if fail_every > 0 and number is not None and number % fail_every == 0:
             stats["failed"] += 1
             return ConsumeResult.RETRY_LATER
         return ConsumeResult.SUCCESS
@@ -130,29 +193,55 @@ async def push_consume(
         retry_backoff_initial=retry_seconds, retry_backoff_max=4 * retry_seconds,
         consume_from="first",
     ):  # fmt: skip
-        await anyio.sleep(seconds)
+        # The stop file is another process's doing: looked at twice a second (bounded).
+        for _ in range(max(1, round(seconds / _STOP_POLL_S))):
+            if stopped(stop_file):
+                break
+            await anyio.sleep(_STOP_POLL_S)
     summary(group=group, **stats)
 
 
-async def simple_consume(config: ClientConfig, topic: str, group: str, seconds: float) -> None:
-    """Receive and ack in batches for ``seconds``."""
-    received = 0
+async def simple_consume(
+    config: ClientConfig,
+    topic: str,
+    group: str,
+    seconds: float,
+    stop_file: Path | None = None,
+    received_file: Path | None = None,
+) -> None:
+    """Receive and ack in batches for ``seconds`` (or until ``stop_file`` exists); each
+    received message's number goes to ``received_file`` before its ack. A failed receive
+    or ack (a master just killed) is counted and the loop goes on: what was not acked is
+    delivered again."""
+    received = errors = 0
+    numbers = numbers_file(received_file)
     async with SimpleConsumer(
         config, group=group, subscription={topic: "*"}, consume_from="first"
     ) as consumer:
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:  # bounded
-            messages = await consumer.receive(
-                32, 30, await_duration=min(2.0, max(0.1, deadline - time.monotonic()))
-            )
-            await consumer.ack_many(messages)
-            received += len(messages)
-    summary(group=group, received=received)
+        while time.monotonic() < deadline and not stopped(stop_file):  # bounded
+            try:
+                messages = await consumer.receive(
+                    32, 30, await_duration=min(2.0, max(0.1, deadline - time.monotonic()))
+                )
+                if numbers is not None:
+                    for message in messages:
+                        numbers.write(f"{message_number(message)}\n")
+                received += len(messages)
+                await consumer.ack_many(messages)
+            except (ClientError, BrokerError) as exc:
+                errors += 1
+                print(f"receive/ack failed: {exc}", file=sys.stderr)
+                await anyio.sleep(0.2)  # a broker down: not a busy loop
+    if numbers is not None:
+        numbers.close()
+    summary(group=group, received=received, errors=errors)
 
 
 async def count(config: ClientConfig, topic: str) -> None:
-    """Messages stored in ``topic``: the sum of its queues' max offsets."""
-    total = 0
+    """Messages stored in ``topic``: the sum of its queues' max offsets (a queue whose
+    broker does not answer is counted in ``errors``)."""
+    total = errors = 0
     async with open_instance(config) as (instance, _):
         try:
             route = await instance.route(topic)
@@ -164,11 +253,16 @@ async def count(config: ClientConfig, topic: str) -> None:
             if address is None:
                 continue
             header = GetMaxOffsetRequestHeader(topic=topic, queue_id=q.queue_id)
-            reply = await instance.call(
-                address, instance.request(RequestCode.GET_MAX_OFFSET, header.to_ext())
-            )
+            try:
+                reply = await instance.call(
+                    address, instance.request(RequestCode.GET_MAX_OFFSET, header.to_ext())
+                )
+            except (ClientError, BrokerError) as exc:
+                errors += 1
+                print(f"{q.broker_name} queue {q.queue_id}: {exc}", file=sys.stderr)
+                continue
             total += GetMaxOffsetResponseHeader.from_ext(reply.ext_fields).offset
-    summary(topic=topic, messages=total, exists=True)
+    summary(topic=topic, messages=total, exists=True, errors=errors)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -180,17 +274,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--topic", default="DemoTopic")
     ap.add_argument("--group", default="demo_group")
     ap.add_argument("--brokers", type=int, default=2)
+    ap.add_argument("--replicas", type=int, default=0, help="per group, for setup to wait for")
     ap.add_argument("--queues", type=int, default=4)
     ap.add_argument("--rate", type=float, default=50.0)
     ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--stop-file", type=Path, default=None, help="end once it exists")
+    ap.add_argument("--acked-file", type=Path, default=None, help="produce: SEND_OK numbers")
+    ap.add_argument("--received-file", type=Path, default=None, help="simple-consume: numbers")
     ap.add_argument("--fail-every", type=int, default=10)
     ap.add_argument("--retry-seconds", type=float, default=1.0)
+    ap.add_argument(
+        "--route-refresh-s",
+        type=float,
+        default=2.0,
+        help="how soon a client follows an elected replica (RocketMQ's default: 30)",
+    )
     args = ap.parse_args(argv)
-    config = ClientConfig(namesrv_addr=args.namesrv)
+    config = ClientConfig(namesrv_addr=args.namesrv, route_refresh_interval=args.route_refresh_s)
     if args.command == "setup":
-        anyio.run(setup, config, args.topic, args.brokers, args.queues)
+        anyio.run(setup, config, args.topic, args.brokers, args.queues, args.replicas)
     elif args.command == "produce":
-        anyio.run(produce, config, args.topic, args.rate, args.seconds)
+        anyio.run(
+            produce, config, args.topic, args.rate, args.seconds, args.stop_file, args.acked_file
+        )
     elif args.command == "push-consume":
         anyio.run(
             push_consume,
@@ -200,9 +306,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.fail_every,
             args.seconds,
             args.retry_seconds,
+            args.stop_file,
         )
     elif args.command == "simple-consume":
-        anyio.run(simple_consume, config, args.topic, args.group, args.seconds)
+        anyio.run(
+            simple_consume,
+            config,
+            args.topic,
+            args.group,
+            args.seconds,
+            args.stop_file,
+            args.received_file,
+        )
     else:
         anyio.run(count, config, args.topic)
     return 0
