@@ -388,7 +388,8 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         drained = time.monotonic() + args.drain
         deadline = drained + 60
         wanted = {int(a["n"]) for a in acked}
-        while time.monotonic() < deadline:  # bounded
+        simple = clients[1]
+        while time.monotonic() < deadline and simple.popen.poll() is None:  # bounded
             if time.monotonic() >= drained and wanted <= read_received(received_file):
                 break
             time.sleep(0.5)
