@@ -82,6 +82,8 @@ TOPIC = "Campaign"
 #: Upper bound of any single wait (a start, an election, a catch-up) on a loaded machine.
 WAIT_S = 90.0
 REPO = Path(__file__).resolve().parent.parent
+#: Into clients.log with the clients' own lines: each pull consumer's sessions.
+_log = structlog.get_logger("trimq.campaign")
 
 
 @dataclass
@@ -244,6 +246,9 @@ class Traffic:
     #: Set on every SEND_OK (the campaign waits on it for the first one after a kill).
     acked_event: trio.Event = field(default_factory=trio.Event)
     stop: bool = False
+    #: Sends awaiting their answer: once ``stop`` is set the drain waits for none to be
+    #: left, since a SEND_OK arriving after the drain's check would count as missing.
+    sending: int = 0
 
     def ack(self, key: str, epoch: int) -> None:
         self.acked[key] = (time.monotonic(), epoch)
@@ -294,7 +299,11 @@ async def produce(label: str, traffic: Traffic) -> None:
         try:
             async with Producer(config, group="campaign", retry_times=0) as producer:
                 while traffic.leader == leader and not traffic.stop:
-                    receipt = await producer.send(Message(TOPIC, key.encode(), keys=[key]))
+                    traffic.sending += 1
+                    try:
+                        receipt = await producer.send(Message(TOPIC, key.encode(), keys=[key]))
+                    finally:
+                        traffic.sending -= 1
                     if receipt.status is SendStatus.SEND_OK:
                         traffic.ack(key, leader.epoch)
                         key = next(keys)
@@ -355,9 +364,15 @@ async def pull_consume(label: str, traffic: Traffic, until: trio.Event) -> None:
             async with PushConsumer(
                 config, group="campaign-pull", subscription={TOPIC: "*"}, listener=listener,
                 mode="pull", consume_from="first", shutdown_timeout=5.0,
-            ):  # fmt: skip
+            ) as consumer:  # fmt: skip
+                _log.info("pull session", consumer=label, epoch=leader.epoch)
                 while traffic.leader == leader and not until.is_set():
                     await traffic.leader_changed.wait()  # set on a change and at the end
+                _log.info(
+                    "pull session ends", consumer=label, epoch=leader.epoch,
+                    queues=[f"{q.topic}:{q.queue_id}" for q in consumer.assigned_queues],
+                    consumed=consumer.statistics().consumed,
+                )  # fmt: skip
         except* trio.Cancelled:  # the campaign's end: errors beside it are moot
             raise
         except* Exception:  # a dead master on entering: counted, tried again
@@ -490,6 +505,11 @@ async def campaign(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 )
             await trio.sleep(1.0)
             traffic.stop = True  # producers stop; consumers drain what was acknowledged
+            with trio.move_on_after(WAIT_S):
+                for _ in itertools.count():  # bounded: each send has its request timeout
+                    if not traffic.sending:
+                        break
+                    await trio.sleep(0.05)
             drain_started = time.monotonic()
             with trio.move_on_after(args.drain_s):
                 for _ in itertools.count():  # bounded by move_on_after
