@@ -45,6 +45,10 @@ from protocol.headers.offsets import GetMaxOffsetRequestHeader, GetMaxOffsetResp
 
 #: How often a consumer that only waits looks for its stop file.
 _STOP_POLL_S = 0.5
+#: The demo producer's own tries of one message (each is the client's send with its
+#: retries on other brokers), and the pause between them.
+_SEND_TRIES = 4
+_SEND_RETRY_PAUSE_S = 0.5
 
 
 def summary(**fields: Any) -> None:
@@ -133,9 +137,13 @@ async def produce(
     acked_file: Path | None = None,
 ) -> None:
     """Send at ``rate`` msg/s for ``seconds`` (or until ``stop_file`` exists), keyed
-    ``k<i>``; failures are counted. Each SEND_OK goes to ``acked_file`` as
-    ``{"n": i, "broker": name, "t": unix time}``."""
-    sent = failed = 0
+    ``k<i>``. A send the client gave up on is tried again after a pause, as an application
+    would (``retried``), and counted ``failed`` only after :data:`_SEND_TRIES` tries: during
+    a failover no broker may take it for a moment (broker-a's new master has no replica
+    yet, and a master whose lease renewal came late on a loaded machine is fenced for a
+    while). Each SEND_OK goes to ``acked_file`` as ``{"n": i, "broker": name, "t": unix
+    time}``."""
+    sent = failed = retried = 0
     per_broker: dict[str, int] = {}
     acked = numbers_file(acked_file)
     async with Producer(config) as producer:
@@ -146,14 +154,20 @@ async def produce(
             delay = start + i / rate - time.monotonic()
             if delay > 0:
                 await anyio.sleep(delay)
-            try:
-                receipt = await producer.send(
-                    Message(topic, f"demo {i}".encode(), tag="demo", keys=[f"k{i}"])
-                )
-            except (ClientError, BrokerError) as exc:
+            message = Message(topic, f"demo {i}".encode(), tag="demo", keys=[f"k{i}"])
+            receipt = None
+            for attempt in range(_SEND_TRIES):  # bounded
+                try:
+                    receipt = await producer.send(message)
+                    break
+                except (ClientError, BrokerError) as exc:
+                    print(f"send {i} failed (try {attempt + 1}): {exc}", file=sys.stderr)
+                    await anyio.sleep(_SEND_RETRY_PAUSE_S)
+            if receipt is None:
                 failed += 1
-                print(f"send {i} failed: {exc}", file=sys.stderr)
                 continue
+            if attempt:
+                retried += 1
             sent += 1
             broker = receipt.queue.broker_name
             per_broker[broker] = per_broker.get(broker, 0) + 1
@@ -161,7 +175,7 @@ async def produce(
                 acked.write(json.dumps({"n": i, "broker": broker, "t": time.time()}) + "\n")
     if acked is not None:
         acked.close()
-    summary(sent=sent, failed=failed, per_broker=per_broker)
+    summary(sent=sent, failed=failed, retried=retried, per_broker=per_broker)
 
 
 async def push_consume(
