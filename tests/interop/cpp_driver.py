@@ -29,6 +29,9 @@ JSON object per line on stdout:
     is the client's send timeout (3 s: an attempt never hangs longer). client-cpp 1.x asks
     the name server again for the routes it uses every 30 s (first 3 s after the start;
     ``MQClientFactory::updateTopicRouteInfo``), not settable: a failover reaches it no sooner.
+    ``--renew-after K`` works around it: after K failed attempts in a row the producer is
+    shut down and replaced by a new one under a new instance name (a client of its own,
+    which asks the name server on its first send), printing ``{"event": "renewed", "key"}``.
 
 ``transact`` (client-cpp 2.1 only)
     a transactional producer of ``--group`` sends every message of ``--plan`` (a JSON file:
@@ -165,11 +168,27 @@ def stream(namesrv: str, group: str, args: argparse.Namespace) -> int:
         stopping.set()
 
     threading.Thread(target=watch_stdin, daemon=True).start()
-    producer = rmq.Producer(group, timeout=args.send_timeout_ms)
-    producer.set_namesrv_addr(namesrv)
-    producer.start()
+    renewals = itertools.count(1)
+    # Replaced producers stay referenced: the wrapper's __del__ would shut one down again.
+    retired: list[Any] = []
+
+    def new_producer() -> Any:
+        producer = rmq.Producer(group, timeout=args.send_timeout_ms)
+        producer.set_namesrv_addr(namesrv)
+        if args.renew_after:
+            # A client of its own (its own MQClientFactory, keyed by the instance name),
+            # which asks the name server for the route on its first send.
+            name = f"stream-{os.getpid()}-{next(renewals)}".encode()
+            if ffi.dll.SetProducerInstanceName(producer._handle, name) != 0:
+                raise RuntimeError(
+                    f"SetProducerInstanceName: {_text(ffi.dll.GetLatestErrorMessage())}"
+                )
+        producer.start()
+        return producer
+
+    producer = new_producer()
     emit("started")
-    sent = gave_up = 0
+    sent = gave_up = failures = 0
     try:
         for i in range(args.count):
             if stopping.is_set():
@@ -190,9 +209,17 @@ def stream(namesrv: str, group: str, args: argparse.Namespace) -> int:
                         emit("sent", key=key, status=int(result.status), msg_id=result.msg_id,
                              offset=int(result.offset), attempts=attempt)  # fmt: skip
                         sent += 1
+                        failures = 0
                         break
                     error = f"status {int(result.status)}"
                 emit("send_failed", key=key, attempt=attempt, error=error)
+                failures += 1
+                if args.renew_after and failures >= args.renew_after:
+                    failures = 0
+                    producer.shutdown()
+                    retired.append(producer)
+                    producer = new_producer()
+                    emit("renewed", key=key)
                 if time.monotonic() - first > args.retry_for_ms / 1000:
                     emit("gave_up", key=key)
                     gave_up += 1
@@ -453,6 +480,11 @@ def main() -> int:
     parser.add_argument(
         "--send-timeout-ms", type=int, default=3000, help="stream: the client's send timeout"
     )
+    parser.add_argument(
+        "--renew-after", type=int, default=0,
+        help="stream: replace the producer by a new one (a new client instance, which fetches "
+        "the route at once) after this many failed attempts (0: never)",
+    )  # fmt: skip
     parser.add_argument("--expression", default="*", help="consume: tag expression")
     parser.add_argument("--fail-key", default="", help="consume: key to fail once")
     parser.add_argument(
