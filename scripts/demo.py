@@ -244,6 +244,18 @@ def read_received(path: Path) -> set[int]:
     return {int(n) for n in path.read_text().split() if n.isdigit()}
 
 
+def wait_first_ack(producer: Proc, acked_file: Path, timeout: float = _EVENT_TIMEOUT) -> float:
+    """The monotonic time the producer's first SEND_OK was seen (waited for, bounded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # bounded
+        if acked_file.exists() and acked_file.stat().st_size > 0:
+            return time.monotonic()
+        if producer.popen.poll() is not None:
+            raise RuntimeError(f"the producer exited before any SEND_OK: see {producer.log}")
+        time.sleep(0.1)
+    raise RuntimeError(f"no SEND_OK within {timeout} s: see {producer.log}")
+
+
 def broker_argv(
     name: str, broker_id: int, label: str, data: Path, namesrv: str, endpoints: str
 ) -> list[str]:
@@ -374,7 +386,9 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
         clients.append(producer)
         for proc in clients:
             stack.enter_context(running(proc))
-        producing = time.monotonic()
+        # "After N seconds of producing" counts from the first SEND_OK: a loaded machine
+        # can take seconds to start the producer's interpreter and connect.
+        producing = wait_first_ack(producer, acked_file)
         # The kill comes after the replicas' first metadata copy since setup (every 3 s:
         # the topic, the groups' offsets), as in a cluster that has been up a while.
         sleep_until(producing + max(4.0, args.kill_after))
