@@ -547,22 +547,9 @@ async def _run_requests(
                 _refuse_busy(conn, cmd, _in_line(waited, bound))
             elif not dispatcher.may_wait(cmd.code):
                 await _run_inline(dispatcher, state, conn, cmd)
-            elif conn.waiting >= limits.max_waiting_per_connection:
+            elif (over := _over_connection_cap(limits, conn)) is not None:
                 state.busy += 1
-                _refuse_busy(
-                    conn,
-                    cmd,
-                    f"system busy: {conn.waiting} requests of this connection wait "
-                    f"(limit {limits.max_waiting_per_connection})",
-                )
-            elif conn.unsent_bytes >= limits.max_unsent_bytes:
-                state.busy += 1
-                _refuse_busy(
-                    conn,
-                    cmd,
-                    f"system busy: {conn.unsent_bytes} bytes of replies to this connection "
-                    f"are unread (limit {limits.max_unsent_bytes})",
-                )
+                _refuse_busy(conn, cmd, over)
             elif not _answer_now(dispatcher, state, conn, cmd):
                 conn.waiting += 1
                 nursery.start_soon(_run_request, dispatcher, state, conn, cmd, received_at)
@@ -576,6 +563,22 @@ async def _run_requests(
         elif isinstance(event, Closed):
             return False
         # Responses: answers to our oneway notifications, nothing to do.
+
+
+def _over_connection_cap(limits: ServerLimits, conn: Connection) -> str | None:
+    """Why a request of ``conn`` that may wait must be refused now (None: run it): too
+    many of its requests wait already, or its client leaves too many reply bytes unread."""
+    if conn.waiting >= limits.max_waiting_per_connection:
+        return (
+            f"system busy: {conn.waiting} requests of this connection wait "
+            f"(limit {limits.max_waiting_per_connection})"
+        )
+    if conn.unsent_bytes >= limits.max_unsent_bytes:
+        return (
+            f"system busy: {conn.unsent_bytes} bytes of replies to this connection are "
+            f"unread (limit {limits.max_unsent_bytes})"
+        )
+    return None
 
 
 def _in_line(waited_s: float, bound_s: float) -> str:
