@@ -22,14 +22,21 @@ def store_config(
     cq_entries_per_file: int = 8,
     max_message_size: int = 4 * 1024 * 1024,
 ) -> StoreConfig:
-    """A small-segment configuration, so that a few dozen records roll segments and files."""
+    """A small-segment configuration, so that a few dozen records roll segments and files.
+    Its disk probe says the disk is empty: the machine's own disk (other work fills it) must
+    not refuse puts or hurry retention here (tests of those inject their own probe)."""
     return StoreConfig(
         path,
         segment_size=segment_size,
         cq_entries_per_file=cq_entries_per_file,
         flush_mode=mode,
         max_message_size=max_message_size,
+        disk_probe=_empty_disk,
     )
+
+
+def _empty_disk(_: Path) -> float:
+    return 0.0
 
 
 @dataclass(slots=True)
