@@ -74,9 +74,6 @@ from protocol.properties import (
 )
 
 QueueKey = tuple[str, int]
-#: What the arrival listener is told of a record: topic, queue id, queue offset, tags code,
-#: store timestamp, properties.
-_Arrival = tuple[str, int, int, int, int, Mapping[str, str]]
 #: Why a replica's store refuses a put (docs/design.md §13).
 REPLICA_REFUSAL = "the broker is a replica: writes go to its master (broker id 0)"
 #: Unwritten commit-log bytes that make a put write out on its own (bounds memory, and
@@ -148,9 +145,9 @@ class MessageStore:
         #: the first record ending past it, and arrivals past it are told to the listener
         #: only once it covers them (:meth:`confirm`). None: no limit (a master).
         self.read_limit: int | None = None
-        #: Arrivals of replicated records past ``read_limit``, in log order: (record end,
-        #: the listener's arguments).
-        self._unconfirmed: collections.deque[tuple[int, _Arrival]] = collections.deque()
+        #: Replicated records past ``read_limit`` whose arrival the listener has not heard
+        #: of yet, in log order.
+        self._unconfirmed: collections.deque[Pending] = collections.deque()
 
     @classmethod
     def open(
@@ -220,9 +217,8 @@ class MessageStore:
         listener hears of their arrival (parked pulls wake)."""
         self.read_limit = offset
         held = self._unconfirmed
-        while held and (offset is None or held[0][0] <= offset):
-            _, arrival = held.popleft()
-            self._tell_listener(*arrival)
+        while held and (offset is None or held[0].end <= offset):
+            self._tell_listener(held.popleft())
 
     # ------------------------------------------------------------------ put
     def put_nowait(self, msg: MessageToStore) -> PutResult:
@@ -291,18 +287,16 @@ class MessageStore:
             self._next_offset[key] = queue_offset + 1
             tags = msg.properties.get(TAGS)
             tags_code = (self._tag_codes.get(tags) or self._tag_code(tags)) if tags else 0
+            pending = Pending(
+                offset + size, msg.topic, msg.queue_id, queue_offset, offset, size, tags_code,
+                now, msg.properties,
+            )  # fmt: skip
             if self._async:
                 assert cq is not None  # _first_put opened it
                 cq.append(offset, size, tags_code)
                 self.dispatched_offset = offset + size
-                self._notify(
-                    msg.topic, msg.queue_id, queue_offset, tags_code, now, msg.properties, offset
-                )
+                self._notify(pending)
             else:
-                pending = Pending(
-                    offset + size, msg.topic, msg.queue_id, queue_offset, offset, size,
-                    tags_code, now, msg.properties,
-                )  # fmt: skip
                 self._pending.append(pending)
         if self.log.end - self.log.written > WRITE_OUT_THRESHOLD:
             self._write_out_quietly()
@@ -337,67 +331,32 @@ class MessageStore:
         self._queues[(p.topic, p.queue_id)].append(p.offset, p.size, p.tags_code)
         self.dispatched_offset = p.end
         if self.read_limit is not None:
-            self._notify_replicated(p.end, p.topic, p.queue_id, p.queue_offset, p.tags_code,
-                                    p.store_timestamp, p.properties, p.offset)  # fmt: skip
-            return
-        self._notify(
-            p.topic, p.queue_id, p.queue_offset, p.tags_code, p.store_timestamp, p.properties,
-            p.offset,
-        )  # fmt: skip
+            self._notify_replicated(p)
+        else:
+            self._notify(p)
 
-    def _notify_replicated(
-        self,
-        end: int,
-        topic: str,
-        queue_id: int,
-        queue_offset: int,
-        tags_code: int,
-        store_timestamp: int,
-        properties: Mapping[str, str],
-        commit_log_offset: int,
-    ) -> None:
+    def _notify_replicated(self, p: Pending) -> None:
         """A replicated record entered its queue: index it; tell the listener now if the
         confirmed offset covers it, else once it does (:meth:`confirm`)."""
         limit = self.read_limit
-        if limit is None or end <= limit:
-            self._notify(topic, queue_id, queue_offset, tags_code, store_timestamp, properties,
-                         commit_log_offset)  # fmt: skip
+        if limit is None or p.end <= limit:
+            self._notify(p)
             return
-        self._index_keys(topic, properties, commit_log_offset)
+        self._index_keys(p.topic, p.properties, p.offset)
         if self.listener is not None:
-            arrival = (topic, queue_id, queue_offset, tags_code, store_timestamp, properties)
-            self._unconfirmed.append((end, arrival))
+            self._unconfirmed.append(p)
 
-    def _notify(
-        self,
-        topic: str,
-        queue_id: int,
-        queue_offset: int,
-        tags_code: int,
-        store_timestamp: int,
-        properties: Mapping[str, str],
-        commit_log_offset: int,
-    ) -> None:
+    def _notify(self, p: Pending) -> None:
         """After a record entered its consume queue: index its keys, tell the listener."""
-        self._index_keys(topic, properties, commit_log_offset)
-        if self.listener is None:
-            return
-        self._tell_listener(topic, queue_id, queue_offset, tags_code, store_timestamp, properties)
+        self._index_keys(p.topic, p.properties, p.offset)
+        self._tell_listener(p)
 
-    def _tell_listener(
-        self,
-        topic: str,
-        queue_id: int,
-        queue_offset: int,
-        tags_code: int,
-        store_timestamp: int,
-        properties: Mapping[str, str],
-    ) -> None:
+    def _tell_listener(self, p: Pending) -> None:
         if self.listener is None:
             return
         try:
             self.listener.arriving(
-                topic, queue_id, queue_offset, tags_code, store_timestamp, properties
+                p.topic, p.queue_id, p.queue_offset, p.tags_code, p.store_timestamp, p.properties
             )
         except Exception:  # a listener bug must never stall dispatch (RocketMQ weak spot 17)
             self._counters.listener_errors += 1
@@ -619,7 +578,7 @@ class MessageStore:
             self.offsets.clamp(key[0], key[1], cq.min_offset, cq.max_offset)
         self.index.truncate_from(offset)
         self.log.truncate(offset)
-        while self._unconfirmed and self._unconfirmed[-1][0] > offset:
+        while self._unconfirmed and self._unconfirmed[-1].end > offset:
             self._unconfirmed.pop()  # arrivals of records that are gone
         self._mins.clear()
         self.durable_offset = self.dispatched_offset = offset
@@ -664,7 +623,7 @@ class MessageStore:
         if msg.sys_flag & SYSFLAG_TRANSACTION_MASK in _NOT_DISPATCHED:
             return
         key = (msg.topic, msg.queue_id)
-        cq = self._queue(key)
+        self._queue(key)  # made if new: _dispatch appends to it
         expected = self._next_offset[key]
         if msg.queue_offset != expected:
             raise StoreError(
@@ -674,17 +633,14 @@ class MessageStore:
         self._next_offset[key] = expected + 1
         tags = msg.properties.get(TAGS)
         tags_code = java_string_hash(tags) if tags else 0
-        end = offset + len(record)
+        arrived = Pending(
+            offset + len(record), msg.topic, msg.queue_id, msg.queue_offset, offset,
+            len(record), tags_code, msg.store_timestamp, msg.properties,
+        )  # fmt: skip
         if self._async:
-            cq.append(offset, len(record), tags_code)
-            self.dispatched_offset = end
-            self._notify_replicated(end, msg.topic, msg.queue_id, msg.queue_offset, tags_code,
-                                    msg.store_timestamp, msg.properties, offset)  # fmt: skip
-            return
-        self._pending.append(Pending(
-            end, msg.topic, msg.queue_id, msg.queue_offset, offset, len(record), tags_code,
-            msg.store_timestamp, msg.properties,
-        ))  # fmt: skip
+            self._dispatch(arrived)  # SYNC mode: once its fsync is done, as a put's
+        else:
+            self._pending.append(arrived)
 
     # ------------------------------------------------------------------ reads
     def get(
