@@ -71,6 +71,7 @@ _STOP_GRACE = 15.0
 #: Upper bound of a wait for a log line (an election, a replica in sync) on a loaded
 #: 2-core machine; they usually take a few seconds.
 _EVENT_TIMEOUT = 90.0
+_SEGMENT_SIZE = 64 << 20
 #: Upper bound of the clients' own run: they normally end on their stop file, much sooner.
 _CLIENT_BOUND_S = 600.0
 ETCD_MISSING = (
@@ -349,10 +350,16 @@ def run_demo(args: argparse.Namespace) -> dict[str, Any]:
 
         def start(name: str, broker_id: int, label: str) -> Proc:
             argv = broker_argv(name, broker_id, label, data, namesrv, etcd.endpoints)
-            # The broker's retry limit (a setting without a flag): low, so the DLQ shows.
-            limit = str(args.max_reconsume)
+            # Settings without a flag: the broker's retry limit, low so that the DLQ shows;
+            # 64 MiB commit-log segments instead of 1 GiB, so that five brokers' logs do
+            # not claim 5 GiB of disk for a demo (the same in every broker of a group: a
+            # replica copies its master's log byte for byte).
+            env = {
+                "TRIMQ_MAX_RECONSUME_TIMES": str(args.max_reconsume),
+                "TRIMQ_SEGMENT_SIZE": str(_SEGMENT_SIZE),
+            }
             log_name = f"{label}-rejoined" if broker_id > 1 else label
-            return spawn(log_name, argv, logs, TRIMQ_MAX_RECONSUME_TIMES=limit)
+            return spawn(log_name, argv, logs, **env)
 
         # Masters enter the stack first so that they are stopped last: a replica whose
         # master stopped (revoking its lease) would win an election during the shutdown.
