@@ -21,9 +21,10 @@ clients do only on their periodic route poll: ali-ons every ``pollNameServerInte
 30 s by default, set to 1 s here), trimq's client every ``route_refresh_interval`` (1 s
 here), client-cpp 1.x every 30 s, fixed (``MQClientFactory::updateTopicRouteInfo``), so its
 gap is the election plus up to 30 s. None of them asks again because a send failed (ali-ons
-and client-cpp 1.x do only when the route they hold has no master at all). A fourth case shows the application's way around
-client-cpp 1.x's fixed poll: its producer replaced by a new client instance after 5 failed
-sends in a row (the driver's ``--renew-after``), which asks the name server at once.
+and client-cpp 1.x do only when the route they hold has no master at all). A fourth case
+shows the application's way around client-cpp 1.x's fixed poll: its producer replaced by a
+new client instance after 5 failed sends in a row (the driver's ``--renew-after``), which
+asks the name server at once.
 
 Installs, skips and driver handling are those of ``test_interop``; without etcd every test
 here is skipped. Every wait is bounded and every process is stopped by its pid.
