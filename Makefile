@@ -14,7 +14,7 @@ help:
 	@echo "make run    start the broker with embedded defaults (data in ./data)"
 	@echo "make test   create .venv, install, run ruff, mypy --strict, import-linter, pytest"
 	@echo "make bench  run the benchmarks in benchmarks/"
-	@echo "make demo   name server + two brokers + demo clients as local processes, then analytics"
+	@echo "make demo   etcd + name server + two master/replica broker groups + demo clients as local processes (a failover midway), then analytics"
 	@echo "make analyze  PySpark job over EVENTS=$(EVENTS) -> $(ANALYTICS_OUT)/report.md"
 
 # The venv is rebuilt whenever pyproject.toml changes.
@@ -68,7 +68,7 @@ test: lint typecheck imports unit
 run: $(STAMP)
 	$(BIN)/python -m broker --data-dir ./data
 
-demo: $(STAMP)
+demo: $(STAMP) $(ETCD)
 	$(BIN)/python -m scripts.demo
 
 bench: $(STAMP)
