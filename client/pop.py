@@ -22,7 +22,7 @@ from protocol.bodies.ack import BatchAck, BatchAckMessageRequestBody
 from protocol.bodies.consumer import MessageQueue
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import ReceiptError
+from protocol.errors import ReceiptError, TrimqError
 from protocol.headers.pop import (
     INIT_MODE_MAX,
     INIT_MODE_MIN,
@@ -266,11 +266,30 @@ class PopSession:
 
     async def ack_many(self, messages: Sequence[ReceivedMessage]) -> None:
         """Acknowledge many messages with one BATCH_ACK_MESSAGE per broker (concurrently).
-        Messages whose receipt went stale are skipped by the broker, not reported."""
+        Messages whose receipt went stale are skipped by the broker, not reported.
+
+        Raises:
+            ClientError, BrokerError: as :meth:`ack`, the first broker's failure (the other
+                brokers' acknowledgements are still sent; further failures are added to its
+                notes), never an exception group.
+        """
         requests = batch_ack_requests(self.instance, self.group, messages)
+        failures: list[TrimqError] = []
+
+        async def ack_at(broker: str, cmd: RemotingCommand) -> None:
+            try:
+                await self.instance.call(self._address(broker), cmd)
+            except TrimqError as exc:  # one broker's failure must not cancel the others'
+                failures.append(exc)
+
         async with anyio.create_task_group() as tg:
             for broker, cmd in requests.items():
-                tg.start_soon(self.instance.call, self._address(broker), cmd)
+                tg.start_soon(ack_at, broker, cmd)
+        if failures:
+            first = failures[0]
+            for other in failures[1:]:
+                first.add_note(f"and: {other}")
+            raise first
 
     async def change_invisible(
         self, message: ReceivedMessage, invisible_ms: int

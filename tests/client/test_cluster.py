@@ -170,3 +170,41 @@ def test_one_group_over_two_brokers_gets_everything(
     with cluster(tmp_path) as (namesrv, brokers):
         config = ClientConfig(namesrv_addr=namesrv.address)
         run(backend, _push_over_two, config, brokers, mode)
+
+
+async def _ack_many_with_a_broker_gone(
+    config: ClientConfig, brokers: list[BrokerThread]
+) -> tuple[Exception | None, int, set[str]]:
+    await create_everywhere(config, brokers)
+    async with Producer(config) as producer:
+        for i in range(20):  # bounded: both brokers get some (round robin over 4 queues)
+            await producer.send(Message(TOPIC, f"a{i}".encode()))
+    async with SimpleConsumer(
+        config, group="cg_ack", subscription={TOPIC: "*"}, consume_from="first"
+    ) as consumer:
+        got: list[ReceivedMessage] = []
+        with anyio.fail_after(20):
+            while {m.broker_name for m in got} != {"broker-a", "broker-b"} or len(got) < 20:
+                got += await consumer.receive(32, 60, await_duration=0.5)  # bounded: fail_after
+        await anyio.to_thread.run_sync(brokers[0].kill)  # broker-a dies before the acks
+        raised: Exception | None = None
+        try:
+            await consumer.ack_many(got)
+        except Exception as exc:  # what it raises is the subject (an ExceptionGroup too)
+            raised = exc
+        # broker-b's acks went through: nothing of it comes back within its 60 s.
+        again = await consumer.receive(32, 60, await_duration=1.0)
+    on_b = sum(1 for m in got if m.broker_name == "broker-b")
+    return raised, on_b, {m.broker_name for m in again}
+
+
+def test_ack_many_with_a_broker_gone_raises_a_client_error(tmp_path: Path, backend: str) -> None:
+    """Messages popped from two brokers, one killed before ``ack_many``: it raises one
+    ClientError (never an exception group), and the live broker's messages are acked."""
+    with cluster(tmp_path) as (namesrv, brokers):
+        config = ClientConfig(
+            namesrv_addr=namesrv.address, request_timeout=2.0, connect_timeout=1.0
+        )
+        raised, on_b, again = run(backend, _ack_many_with_a_broker_gone, config, brokers)
+        assert isinstance(raised, ClientError), repr(raised)
+        assert on_b > 0 and "broker-b" not in again
