@@ -225,6 +225,15 @@ def _roles(config: BrokerConfig, store: MessageStore, replicas: ReplicaSet,
     )
 
 
+def _confirm_reads(store: MessageStore, offset: int) -> None:
+    """A sync master's replicas now all hold the log up to ``offset``: its consumers may
+    read that far (docs/design.md §13, "Reads on a sync master"). Only forward: what was
+    readable stays readable when a replica that is behind connects."""
+    limit = store.read_limit
+    if limit is not None and offset > limit and not store.config.replica:
+        store.confirm(offset)
+
+
 async def _when_master(roles: RoleService, run: Callable[[], Awaitable[None]]) -> None:
     """Run the broker's own log writers on a master — on a replica once it is promoted
     (its log is the master's until then)."""
@@ -306,7 +315,10 @@ async def open_broker(
     offsets = OffsetService(store, topics, pop)
     address, started_at = config.advertised(port), clock.now_s()
     identity = BrokerIdentity(config.cluster, config.broker_name, address)
-    replicas = ReplicaSet(_replication_policy(config, as_master=not config.is_replica))
+    replicas = ReplicaSet(
+        _replication_policy(config, as_master=not config.is_replica),
+        on_confirmed=partial(_confirm_reads, store),
+    )
     roles = _roles(config, store, replicas, timers, pop)
     broker = Broker(
         config=config,

@@ -71,8 +71,18 @@ class RoleService:
         self.confirmed = confirmed
         if self.is_replica:
             store.confirm(confirmed.value)
+        elif replicas.policy.needed:
+            self._cap_reads_at_log_end()
         #: Set once a replica became the master (never on a broker started as master).
         self.promoted = trio.Event()
+
+    def _cap_reads_at_log_end(self) -> None:
+        """A sync master serves consumers only what ``--min-insync-replicas`` copies hold
+        (docs/design.md §13): a record its replicas lack could be taken back by a failover,
+        and a consumer that read it would then skip the new master's record at that
+        offset. The log it holds now counts as held (what a promotion made the group's
+        truth, or what a restart found); its replicas' acknowledgements move the cap on."""
+        self.store.confirm(self.store.log.end)
 
     @property
     def is_replica(self) -> bool:
@@ -121,6 +131,8 @@ class RoleService:
             ) from None
         self.store.promote()
         self.replicas.policy = self.master_policy
+        if self.master_policy.needed:
+            self._cap_reads_at_log_end()
         self._broker_id = 0
         self.adopt_log()
         self.promoted.set()

@@ -88,8 +88,13 @@ class _Waiter:
 class ReplicaSet:
     """Connected replicas and the sends waiting for their acknowledgements."""
 
-    def __init__(self, policy: ReplicationPolicy) -> None:
+    def __init__(
+        self, policy: ReplicationPolicy, on_confirmed: Callable[[int], None] | None = None
+    ) -> None:
         self.policy = policy
+        #: Told each new :attr:`high_water` while sync replication needs acknowledgements:
+        #: a sync master's store serves reads only up to it (docs/design.md §13).
+        self.on_confirmed = on_confirmed
         self._replicas: dict[int, Replica] = {}
         self._waiters: list[_Waiter] = []
         self._serials = itertools.count(1)
@@ -121,6 +126,8 @@ class ReplicaSet:
         confirmed = self.confirmed()
         if confirmed > self.high_water:
             self.high_water = confirmed
+            if self.on_confirmed is not None and self.policy.needed:
+                self.on_confirmed(confirmed)
             self._raised.set()
             self._raised = trio.Event()
 

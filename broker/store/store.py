@@ -141,9 +141,10 @@ class MessageStore:
         #: this master does not hold its lease in time and must not write (fenced:
         #: SERVICE_NOT_AVAILABLE with that reason). None: no election.
         self.write_fence: Callable[[], str | None] | None = None
-        #: A replica's confirmed offset (docs/design.md §13): consume-queue reads stop before
-        #: the first record ending past it, and arrivals past it are told to the listener
-        #: only once it covers them (:meth:`confirm`). None: no limit (a master).
+        #: The confirmed offset (docs/design.md §13): a replica's, or a sync master's (what
+        #: ``--min-insync-replicas`` copies hold). Consume-queue reads stop before the first
+        #: record ending past it, and arrivals past it are told to the listener only once it
+        #: covers them (:meth:`confirm`). None: no limit (an async master).
         self.read_limit: int | None = None
         #: Replicated records past ``read_limit`` whose arrival the listener has not heard
         #: of yet, in log order.
@@ -212,9 +213,9 @@ class MessageStore:
         self.confirm(None)
 
     def confirm(self, offset: int | None) -> None:
-        """A replica's confirmed offset moved to ``offset`` (None: no limit any more, a
-        promotion): reads may now reach the records ending at or before it, and the
-        listener hears of their arrival (parked pulls wake)."""
+        """The confirmed offset moved to ``offset`` (None: no limit any more, a promotion
+        or an async master): reads may now reach the records ending at or before it, and
+        the listener hears of their arrival (parked pulls wake)."""
         self.read_limit = offset
         held = self._unconfirmed
         while held and (offset is None or held[0].end <= offset):
@@ -295,7 +296,7 @@ class MessageStore:
                 assert cq is not None  # _first_put opened it
                 cq.append(offset, size, tags_code)
                 self.dispatched_offset = offset + size
-                self._notify(pending)
+                self._announce(pending)
             else:
                 self._pending.append(pending)
         if self.log.end - self.log.written > WRITE_OUT_THRESHOLD:
@@ -330,14 +331,11 @@ class MessageStore:
     def _dispatch(self, p: Pending) -> None:
         self._queues[(p.topic, p.queue_id)].append(p.offset, p.size, p.tags_code)
         self.dispatched_offset = p.end
-        if self.read_limit is not None:
-            self._notify_replicated(p)
-        else:
-            self._notify(p)
+        self._announce(p)
 
-    def _notify_replicated(self, p: Pending) -> None:
-        """A replicated record entered its queue: index it; tell the listener now if the
-        confirmed offset covers it, else once it does (:meth:`confirm`)."""
+    def _announce(self, p: Pending) -> None:
+        """A record entered its queue: index it; tell the listener now if no confirmed
+        offset limits reads or it covers the record, else once it does (:meth:`confirm`)."""
         limit = self.read_limit
         if limit is None or p.end <= limit:
             self._notify(p)
