@@ -15,7 +15,7 @@ import trio
 
 from broker.app import BrokerHandle, ListenError, serve_broker
 from broker.config import BrokerConfig, ConfigError, build_parser, load
-from broker.gc_tuning import collect_periodically, tune_gc
+from broker.gc_tuning import collect_periodically, collect_young_periodically, tune_gc
 from broker.ha.role import RoleConflict
 from broker.logs import configure
 
@@ -30,6 +30,7 @@ async def run(config: BrokerConfig) -> None:
             if config.gc_full_collect_s > 0:
                 tune_gc()  # after start-up, so what it built is frozen
                 nursery.start_soon(collect_periodically, config.gc_full_collect_s)
+                nursery.start_soon(collect_young_periodically)
             async for _ in signals:
                 await handle.stop()
                 nursery.cancel_scope.cancel()  # the collector's task

@@ -8,7 +8,13 @@ long enough to be promoted, so those pauses come steadily under load. The daemon
 
 - freezes what start-up built (modules, tables, the store's indexes: ~130,000 objects that
   live as long as the process) so no collection scans them again (``gc.freeze``);
-- keeps young and middle collections small and frequent (promotion after 2 young ones);
+- keeps young and middle collections small and frequent (promotion after 2 young ones),
+  and runs a middle collection every ``YOUNG_INTERVAL_S`` from a task: 3.11 counts
+  allocations *net of deallocations*, so while old parked polls die as fast as new
+  requests are made the young generation is never "full" and grows to 100,000+ objects —
+  a quiet soak measured young and middle collections of up to 180 ms of CPU each (median
+  60 ms for the middle ones), the control p99's largest cause once full collections were
+  gone. Collected every 0.1 s, they hold one tenth of a second's survivors;
 - runs no automatic full collection, and instead one every ``gc_full_collect_s`` from a
   task of its own, logged with its duration: cycles that survive two young collections are
   freed then, so memory stays bounded while the pause comes at a known rate (one ~0.5 s
@@ -25,7 +31,7 @@ import time
 import structlog
 import trio
 
-__all__ = ["collect_periodically", "tune_gc"]
+__all__ = ["YOUNG_INTERVAL_S", "collect_periodically", "collect_young_periodically", "tune_gc"]
 
 _log = structlog.get_logger(component="gc")
 
@@ -35,6 +41,8 @@ _YOUNG, _MIDDLE = 700, 2
 #: The old generation's threshold counts middle collections: this many never comes, so only
 #: :func:`collect_periodically` runs a full collection.
 _NEVER = 1 << 30
+#: How often :func:`collect_young_periodically` collects the young and middle generations.
+YOUNG_INTERVAL_S = 0.1
 
 
 def tune_gc() -> int:
@@ -56,3 +64,12 @@ async def collect_periodically(interval_s: float) -> None:
             unreachable=found,
             pause_ms=round((time.perf_counter() - started) * 1000, 1),
         )
+
+
+async def collect_young_periodically(interval_s: float = YOUNG_INTERVAL_S) -> None:
+    """Collect the young and middle generations every ``interval_s`` seconds (until
+    cancelled): what survives goes to the old generation, which only the full collection
+    scans, so each pause is bounded by the objects made since the last one."""
+    while True:
+        await trio.sleep(interval_s)
+        gc.collect(1)

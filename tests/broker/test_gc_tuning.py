@@ -10,7 +10,7 @@ import weakref
 import trio
 import trio.testing
 
-from broker.gc_tuning import collect_periodically
+from broker.gc_tuning import collect_periodically, collect_young_periodically
 
 
 def test_tune_gc_freezes_start_up_objects_and_leaves_full_collections_to_the_task() -> None:
@@ -48,6 +48,28 @@ async def test_collect_periodically_frees_cycles_at_its_interval(
             assert alive() is not None
             await trio.sleep(2)
             assert alive() is None
+            nursery.cancel_scope.cancel()
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+async def test_collect_young_periodically_frees_young_cycles_at_its_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    was_enabled = gc.isenabled()
+    gc.disable()  # only the task under test collects
+    try:
+        gc.collect()  # nothing older than the cycle below is left in the young generations
+        cycle = _Cycle()
+        alive = weakref.ref(cycle)
+        del cycle
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(collect_young_periodically, 0.1)
+            await trio.sleep(0.05)
+            assert alive() is not None
+            await trio.sleep(0.1)
+            assert alive() is None  # a young collection, not a full one, freed it
             nursery.cancel_scope.cancel()
     finally:
         if was_enabled:
