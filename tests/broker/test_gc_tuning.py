@@ -6,6 +6,7 @@ import gc
 import subprocess
 import sys
 import weakref
+from collections.abc import Awaitable, Callable
 
 import trio
 import trio.testing
@@ -33,44 +34,37 @@ class _Cycle:
         self.me = self
 
 
-async def test_collect_periodically_frees_cycles_at_its_interval(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
+async def _freed_between(collector: Callable[[float], Awaitable[None]], interval_s: float,
+                         before_s: float, after_s: float) -> tuple[bool, bool]:  # fmt: skip
+    """Run ``collector(interval_s)`` alone (the automatic collector off) over a fresh
+    cycle: whether the cycle is still alive ``before_s`` in, and ``after_s`` later."""
     was_enabled = gc.isenabled()
-    gc.disable()  # only the task under test collects
-    try:
-        cycle = _Cycle()
-        alive = weakref.ref(cycle)
-        del cycle
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(collect_periodically, 600.0)
-            await trio.sleep(599)
-            assert alive() is not None
-            await trio.sleep(2)
-            assert alive() is None
-            nursery.cancel_scope.cancel()
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-async def test_collect_young_periodically_frees_young_cycles_at_its_interval(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    was_enabled = gc.isenabled()
-    gc.disable()  # only the task under test collects
+    gc.disable()
     try:
         gc.collect()  # nothing older than the cycle below is left in the young generations
         cycle = _Cycle()
         alive = weakref.ref(cycle)
         del cycle
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(collect_young_periodically, 0.1)
-            await trio.sleep(0.05)
-            assert alive() is not None
-            await trio.sleep(0.1)
-            assert alive() is None  # a young collection, not a full one, freed it
+            nursery.start_soon(collector, interval_s)
+            await trio.sleep(before_s)
+            alive_before = alive() is not None
+            await trio.sleep(after_s)
+            alive_after = alive() is not None
             nursery.cancel_scope.cancel()
+        return alive_before, alive_after
     finally:
         if was_enabled:
             gc.enable()
+
+
+async def test_collect_periodically_frees_cycles_at_its_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    assert await _freed_between(collect_periodically, 600.0, 599, 2) == (True, False)
+
+
+async def test_collect_young_periodically_frees_young_cycles_at_its_interval(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    assert await _freed_between(collect_young_periodically, 0.1, 0.05, 0.1) == (True, False)
