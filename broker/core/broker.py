@@ -228,9 +228,10 @@ def _roles(config: BrokerConfig, store: MessageStore, replicas: ReplicaSet,
 def _confirm_reads(store: MessageStore, offset: int) -> None:
     """A sync master's replicas now all hold the log up to ``offset``: its consumers may
     read that far (docs/design.md §13, "Reads on a sync master"). Only forward: what was
-    readable stays readable when a replica that is behind connects."""
+    readable stays readable when a replica that is behind connects. (A replica's
+    ``ReplicaSet`` needs no acknowledgements, so it never calls this.)"""
     limit = store.read_limit
-    if limit is not None and offset > limit and not store.config.replica:
+    if limit is not None and offset > limit:
         store.confirm(offset)
 
 
