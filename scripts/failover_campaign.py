@@ -59,7 +59,7 @@ from typing import Any, BinaryIO
 import structlog
 import trio
 
-from broker.ha.election import InSyncSet, Keys, MasterRecord
+from broker.ha.election import Keys, MasterRecord, read_insync, read_master
 from broker.ha.etcd import EtcdClient, EtcdError, parse_endpoints
 from broker.store.config import StoreConfig
 from broker.store.store import MessageStore
@@ -78,6 +78,8 @@ from scripts.etcd_local import EtcdCluster
 
 NAME = "broker-fo"
 CLUSTER = "DefaultCluster"
+#: The group's etcd keys.
+KEYS = Keys(CLUSTER, NAME)
 TOPIC = "Campaign"
 #: Upper bound of any single wait (a start, an election, a catch-up) on a loaded machine.
 WAIT_S = 90.0
@@ -256,11 +258,6 @@ class Traffic:
         self.acked_event = trio.Event()
 
 
-async def read_master(client: EtcdClient) -> MasterRecord | None:
-    kv = await client.get(Keys(CLUSTER, NAME).master)
-    return None if kv is None else MasterRecord.from_kv(kv)
-
-
 async def watch_leader(client: EtcdClient, traffic: Traffic) -> None:
     """Keep ``traffic.leader`` on the elected master (etcd is another process: polled).
 
@@ -268,7 +265,7 @@ async def watch_leader(client: EtcdClient, traffic: Traffic) -> None:
     later is the same master (clients restarted for it would fail over twice per kill)."""
     while not traffic.stop:  # ends with the campaign
         try:
-            record = await read_master(client)
+            record = await read_master(client, KEYS)
         except EtcdError:
             record = None
         if _who(record) != _who(traffic.leader) and (record is None or record.address):
@@ -396,7 +393,7 @@ async def wait_master(client: EtcdClient) -> MasterRecord:
     with trio.fail_after(WAIT_S):
         for _ in itertools.count():  # etcd is another process: read again
             try:
-                master = await read_master(client)
+                master = await read_master(client, KEYS)
             except EtcdError:  # a slow etcd under load: read again
                 master = None
             if master is not None:
@@ -409,7 +406,7 @@ async def wait_insync(client: EtcdClient, count: int) -> None:
     with trio.fail_after(WAIT_S):
         for _ in itertools.count():  # etcd is another process: read again
             try:
-                found = InSyncSet.from_kv(await client.get(Keys(CLUSTER, NAME).insync))
+                found = await read_insync(client, KEYS)
             except EtcdError:
                 found = None
             if found is not None and len(found.members) >= count:
@@ -520,7 +517,7 @@ async def campaign(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             drained.set()
             traffic.leader_changed.set()
             nursery.cancel_scope.cancel()
-        final = await read_master(client)
+        final = await read_master(client, KEYS)
         assert final is not None
         final_broker = next(b for b in brokers if b.address == final.address)
     finally:

@@ -175,6 +175,25 @@ class Keys:
         return self.candidates + str(broker_id).encode()
 
 
+async def read_master(client: EtcdClient, keys: Keys) -> MasterRecord | None:
+    """The group's master key as it is now (None: no master holds it).
+
+    Raises:
+        EtcdError: etcd could not be asked.
+    """
+    kv = await client.get(keys.master)
+    return None if kv is None else MasterRecord.from_kv(kv)
+
+
+async def read_insync(client: EtcdClient, keys: Keys) -> InSyncSet | None:
+    """The group's in-sync set as it is now (None: the group never had a master).
+
+    Raises:
+        EtcdError: etcd could not be asked.
+    """
+    return InSyncSet.from_kv(await client.get(keys.insync))
+
+
 #: Follows the given master (a replica's HA link) until cancelled.
 FollowMaster = Callable[[MasterRecord], Awaitable[None]]
 
@@ -311,9 +330,8 @@ class Election:
 
     async def _round(self) -> None:
         """One look at the master key: follow it, or campaign when it is gone."""
-        master_kv = await self.client.get(self.keys.master)
-        if master_kv is not None:
-            record = MasterRecord.from_kv(master_kv)
+        record = await read_master(self.client, self.keys)
+        if record is not None:
             if record.broker_id == self.broker_id:
                 # Our own key: this life's (a txn whose reply was lost: taken again once it
                 # lapses, since nothing renews it) or an earlier life's, until it lapses.
@@ -324,7 +342,7 @@ class Election:
         # No master: stop following first, so this replica acknowledges nothing more to a
         # master that may still be answering sends, then campaign if in sync.
         self._set_leader(None)
-        insync = InSyncSet.from_kv(await self.client.get(self.keys.insync))
+        insync = await read_insync(self.client, self.keys)
         if insync is None:
             if self.broker_id != 0 or self.is_replica():
                 return  # a fresh group is started by its broker id 0
@@ -497,7 +515,7 @@ class Election:
         while True:  # ends with the holding nursery
             try:
                 if mod < 0:
-                    current = InSyncSet.from_kv(await self.client.get(self.keys.insync))
+                    current = await read_insync(self.client, self.keys)
                     mod = current.mod_revision if current is not None else 0
                     if current is not None and current.epoch == epoch:
                         written = current.members  # ours (a reply that was lost)

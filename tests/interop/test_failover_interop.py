@@ -43,7 +43,7 @@ from typing import Any
 import pytest
 import trio
 
-from broker.ha.election import InSyncSet, Keys, MasterRecord
+from broker.ha.election import Keys, MasterRecord, read_insync, read_master
 from broker.ha.etcd import EtcdClient, EtcdError, parse_endpoints
 from client import ClientConfig, ConsumeResult, Message, Producer, PushConsumer, SendStatus
 from client.message import ReceivedMessage
@@ -71,6 +71,8 @@ __all__ = ["client_env", "etcd_cluster"]  # the fixtures
 
 NAME = "broker-fo"
 CLUSTER = "DefaultCluster"
+#: The group's etcd keys.
+KEYS = Keys(CLUSTER, NAME)
 TOPIC = "FailoverInterop"
 QUEUES = 4
 TTL_S = 3
@@ -140,19 +142,20 @@ class Group:
         return f"127.0.0.1:{self.namesrv_port}"
 
 
-async def read_master(client: EtcdClient) -> MasterRecord | None:
+async def master_now(client: EtcdClient) -> MasterRecord | None:
+    """The master key, or None while etcd names none or does not answer (a slow etcd on a
+    loaded machine: the caller reads again)."""
     try:
-        kv = await client.get(Keys(CLUSTER, NAME).master)
-    except EtcdError:  # a slow etcd on a loaded machine: the caller reads again
+        return await read_master(client, KEYS)
+    except EtcdError:
         return None
-    return None if kv is None else MasterRecord.from_kv(kv)
 
 
 async def wait_master(client: EtcdClient, *, not_epoch: int = 0) -> MasterRecord:
     """The master key once it names a master (with an HA address) of another epoch than
     ``not_epoch`` (bounded by the caller; etcd is another process: it is read again)."""
     for _ in itertools.count():
-        master = await read_master(client)
+        master = await master_now(client)
         if master is not None and master.address and master.epoch != not_epoch:
             return master
         await trio.sleep(0.05)
@@ -163,7 +166,7 @@ async def wait_insync(client: EtcdClient, members: set[int]) -> None:
     """Until the in-sync set holds ``members`` (bounded by the caller)."""
     for _ in itertools.count():
         try:
-            found = InSyncSet.from_kv(await client.get(Keys(CLUSTER, NAME).insync))
+            found = await read_insync(client, KEYS)
         except EtcdError:
             found = None
         if found is not None and members <= found.members:

@@ -23,7 +23,7 @@ from typing import Any
 import trio
 
 from broker.app import BrokerHandle
-from broker.ha.election import FENCED_REFUSAL, Election, InSyncSet, Keys
+from broker.ha.election import FENCED_REFUSAL, Election, Keys, read_insync
 from broker.ha.etcd import EtcdClient, parse_endpoints
 from protocol.codes import ResponseCode
 from protocol.headers.send import SendMessageResponseHeader
@@ -78,8 +78,7 @@ async def open_member(
 
 
 async def insync_members(client: EtcdClient) -> frozenset[int]:
-    kv = await client.get(Keys(CLUSTER, NAME).insync)
-    found = InSyncSet.from_kv(kv)
+    found = await read_insync(client, Keys(CLUSTER, NAME))
     return frozenset() if found is None else found.members
 
 
