@@ -35,8 +35,11 @@ one extra, unreported run of ``--profile-workload`` (``pop_ack``) at the first s
 under ``py-spy record --format raw``, and prints the broker's top functions by self and
 inclusive share of the busy samples.
 
+``--broker-root`` runs the broker of another checkout (a before/after comparison with the same
+client); ``--py-spy`` names the py-spy executable.
+
 Usage: python -m benchmarks.bench_pop [--runs 3] [--sizes 128,1024] [--no-peer] [--quick]
-    [--profile /tmp/pop.txt]
+    [--profile /tmp/pop.txt] [--py-spy PATH] [--broker-root OTHER_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -182,6 +185,7 @@ class Params:
     max_seconds: float
     tag: str
     profile: Path | None = None  #: py-spy raw output of the drain (not the preload)
+    py_spy: Path = PY_SPY  #: the py-spy executable
 
 
 @dataclass
@@ -316,7 +320,7 @@ async def drain(p: Params, consumers: int, batch: bool) -> dict[str, float]:
         meter = Meter(p.pid)
         with ExitStack() as stack:
             if p.profile is not None:
-                stack.enter_context(py_spy(p.pid, p.profile, p.max_seconds + 60))
+                stack.enter_context(py_spy(p.pid, p.profile, p.max_seconds + 60, p.py_spy))
             meter.start()
             deadline = time.perf_counter() + p.max_seconds
             async with trio.open_nursery() as nursery:
@@ -413,9 +417,9 @@ def redis_round(
 
 # ---------------------------------------------------------------- profile
 @contextmanager
-def py_spy(pid: int, out: Path, limit_s: float) -> Iterator[None]:
+def py_spy(pid: int, out: Path, limit_s: float, exe: Path = PY_SPY) -> Iterator[None]:
     """``py-spy record --format raw`` of ``pid`` while entered (at most ``limit_s``)."""
-    argv = [str(PY_SPY), "record", "--pid", str(pid), "--format", "raw", "-o", str(out)]
+    argv = [str(exe), "record", "--pid", str(pid), "--format", "raw", "-o", str(out)]
     argv += ["--rate", "200", "--duration", str(math.ceil(limit_s))]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     time.sleep(1.0)  # attached
@@ -545,6 +549,13 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, default=None, help="py-spy raw output file")
     ap.add_argument("--profile-workload", default="pop_ack", choices=list(OURS))
     ap.add_argument("--profile-top", type=int, default=25)
+    ap.add_argument("--py-spy", type=Path, default=PY_SPY, help="the py-spy executable")
+    ap.add_argument(
+        "--broker-root",
+        type=Path,
+        default=None,
+        help="run the broker of another checkout (a before/after comparison, same client)",
+    )
     ap.add_argument("--out", default=None, help="JSON-lines file for every row")
     args = ap.parse_args()
     if args.quick:
@@ -563,7 +574,7 @@ def main() -> None:
     print(f"load average {os.getloadavg()}, {os.cpu_count()} cores", flush=True)
 
     with ExitStack() as stack:
-        pid, port = stack.enter_context(broker_process(verbose=True))
+        pid, port = stack.enter_context(broker_process(verbose=True, root=args.broker_root))
         r_pid, r_port = 0, 0
         if with_redis and args.redis_port:
             r_pid, r_port = redis_pid(args.redis_port), args.redis_port
@@ -609,7 +620,9 @@ def main() -> None:
             size = sizes[0]
             wl = args.profile_workload
             print(f"\nprofiling one {wl} run (size {size}) with py-spy", flush=True)
-            p = dataclasses.replace(params(size, f"profile{size}"), profile=args.profile)
+            p = dataclasses.replace(
+                params(size, f"profile{size}"), profile=args.profile, py_spy=args.py_spy
+            )
             res = trio.run(OURS[wl], p)
             print(f"[trimq] {wl} under py-spy: {res['msgs_per_s']:.0f} msgs/s", flush=True)
             profile_summary(args.profile, args.profile_top)
