@@ -202,6 +202,14 @@ class ExtraInfo:
     @classmethod
     def decode(cls, text: str) -> ExtraInfo:
         """Parse a receipt string; raises :class:`ReceiptError` naming the bad part."""
+        plain = plain_receipt(text)
+        if plain is not None:
+            return cls(*plain)
+        return cls._decode_checked(text)
+
+    @classmethod
+    def _decode_checked(cls, text: str) -> ExtraInfo:
+        """:meth:`decode` field by field, every refusal naming the bad part."""
         if not text:
             raise ReceiptError("pop receipt is empty")
         parts = text.split(_SEP)
@@ -232,6 +240,54 @@ class ExtraInfo:
             queue_id=num(6, bits=32),
             queue_offset=num(7) if len(parts) == 8 else None,
         )
+
+
+#: The retry flag of each wire value.
+_FLAGS: Final = {"0": RetryFlag.NORMAL, "1": RetryFlag.RETRY_V1, "2": RetryFlag.RETRY_V2}
+
+#: A receipt's fields as :func:`plain_receipt` returns them, in :class:`ExtraInfo`'s order.
+ReceiptFields = tuple[int, int, int, int, RetryFlag, str, int, int | None]
+
+
+def _plain_num(text: str, digits: int) -> int | None:
+    """``text`` as an int when it is a canonical non-negative decimal of at most ``digits``
+    ASCII digits (so within range: 18 for a Java long, 9 for an int), else None."""
+    if (
+        len(text) <= digits
+        and text.isdigit()
+        and text.isascii()
+        and (text[0] != "0" or text == "0")
+    ):
+        return int(text)
+    return None
+
+
+def plain_receipt(text: str) -> ReceiptFields | None:
+    """The fields of a receipt as the broker writes them (every number a canonical
+    non-negative decimal of at most 18 digits, 9 for the int fields; a known retry flag; a
+    non-empty broker name), without :meth:`ExtraInfo.decode`'s field by field checks; None for
+    anything else, which that decode then reads or refuses. Gives exactly what the checked
+    decode gives for such a string (tests/protocol/test_receipt.py)."""
+    parts = text.split(_SEP)
+    n = len(parts)
+    if n != 7 and n != 8:
+        return None
+    ck, pop_time = _plain_num(parts[0], 18), _plain_num(parts[1], 18)
+    invisible, revive_qid = _plain_num(parts[2], 18), _plain_num(parts[3], 9)
+    flag, name, queue_id = _FLAGS.get(parts[4]), parts[5], _plain_num(parts[6], 9)
+    offset = _plain_num(parts[7], 18) if n == 8 else None
+    if (
+        ck is None
+        or pop_time is None
+        or invisible is None
+        or revive_qid is None
+        or flag is None
+        or not name
+        or queue_id is None
+        or (n == 8 and offset is None)
+    ):
+        return None
+    return ck, pop_time, invisible, revive_qid, flag, name, queue_id, offset
 
 
 # ------------------------------------------------------------------ offset-info strings

@@ -24,6 +24,7 @@ from protocol.receipt import (
     parse_msg_offset_info,
     parse_order_count_info,
     parse_start_offset_info,
+    plain_receipt,
 )
 
 LONGS = st.integers(-(2**63), 2**63 - 1)
@@ -352,3 +353,38 @@ def test_fuzz_offset_info_raises_only_receipt_error(text: str) -> None:
         except ReceiptError:
             continue
         assert rebuilt == text  # anything accepted is canonical
+
+
+# ------------------------------------------------------------------ the plain-receipt fast path
+_RECEIPT_PARTS = st.one_of(
+    st.integers(-5, 10**19).map(str),
+    st.sampled_from(["0", "00", "01", "-0", "+1", "1_0", " 1", "١", "", "2", "3", "999999999",
+                     "1000000000", "999999999999999999", "1000000000000000000"]),
+    st.text(max_size=8),
+)  # fmt: skip
+
+
+@given(st.lists(_RECEIPT_PARTS, min_size=6, max_size=9))
+def test_plain_receipt_equals_the_checked_decode(parts: list[str]) -> None:
+    """The fast path either declines or gives exactly what the field by field decode gives
+    (and then the receipt re-encodes to the same text)."""
+    text = " ".join(parts)
+    plain = plain_receipt(text)
+    if plain is None:
+        return
+    checked = ExtraInfo._decode_checked(text)
+    assert ExtraInfo(*plain) == checked
+    assert checked.encode() == text
+
+
+@given(receipts())
+def test_plain_receipt_takes_what_the_broker_writes(info: ExtraInfo) -> None:
+    text = info.encode()
+    plain = plain_receipt(text)
+    fields = (info.ck_queue_offset, info.pop_time_ms, info.invisible_time_ms, info.revive_qid,
+              info.queue_id, info.queue_offset or 0)  # fmt: skip
+    if all(0 <= v < 10**9 for v in fields):
+        assert plain is not None
+    if plain is not None:
+        assert ExtraInfo(*plain) == info == ExtraInfo._decode_checked(text)
+        assert type(plain[4]) is RetryFlag
