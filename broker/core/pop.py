@@ -40,10 +40,18 @@ from protocol.codes import ResponseCode
 from protocol.errors import BrokerError, ReceiptError
 from protocol.message import peek_record
 from protocol.naming import is_retry_topic, pop_retry_topic, validate_group
-from protocol.receipt import MAX_POP_MESSAGES, POP_ORDER_REVIVE_QUEUE, ExtraInfo, RetryFlag
+from protocol.receipt import (
+    MAX_POP_MESSAGES,
+    POP_ORDER_REVIVE_QUEUE,
+    ExtraInfo,
+    RetryFlag,
+    plain_receipt,
+)
 
 #: A woken pop that found nothing parks again at most this many times (bounded loop).
 MAX_REPARKS = 10_000
+#: Group names an ack remembers as valid, at most (see ``PopService._validate_group``).
+_MAX_VALID_GROUPS = 4096
 #: Why a replica refuses pops, acks and changes (docs/design.md §13).
 POP_ON_REPLICA = "the broker is a replica: pop from the master (broker id 0)"
 
@@ -128,8 +136,13 @@ def parse_receipt(text: str) -> ExtraInfo:
 
 def lease_key(group: str, topic: str, queue_id: int, offset: int, receipt: ExtraInfo) -> LeaseKey:
     """The in-flight table key a receipt names."""
-    if receipt.retry_flag is not RetryFlag.NORMAL and not is_retry_topic(topic):
-        topic = pop_retry_topic(group, topic, v2=receipt.retry_flag is RetryFlag.RETRY_V2)
+    return _key(group, topic, queue_id, offset, receipt.retry_flag)
+
+
+def _key(group: str, topic: str, queue_id: int, offset: int, flag: RetryFlag) -> LeaseKey:
+    """:func:`lease_key` of a receipt with retry flag ``flag``."""
+    if flag is not RetryFlag.NORMAL and not is_retry_topic(topic):
+        topic = pop_retry_topic(group, topic, v2=flag is RetryFlag.RETRY_V2)
     return (group, topic, queue_id, offset)
 
 
@@ -179,6 +192,8 @@ class PopService:
         self.max_hold_ms = max_hold_ms
         #: Whether SQL92 subscriptions are served (``enable_property_filter``).
         self.property_filter = property_filter
+        #: Group names :func:`validate_group` accepted (bounded: cleared when full).
+        self._valid_groups: set[str] = set()
 
     def _refuse_on_replica(self) -> None:
         """Pops belong to the master: a lease taken on a replica would live in a state no
@@ -265,6 +280,22 @@ class PopService:
         engine.event(EventKind.POP_WAIT, req, latency_ms=waited, found=result.found)
         return self._batch(req, result)
 
+    def pop_now(self, req: PopRequest, *, poll_ms: int) -> PopBatch | None:
+        """:meth:`pop` when it need not park (it found messages, or may not wait), else None
+        with nothing changed that :meth:`pop` would not change the same way (a read that
+        found nothing is taken back: the queue rotation is put back; cursors it set are where
+        the same read in :meth:`pop` sets them). Lets a front end answer in its reader and
+        give only the pops that park a task of their own."""
+        engine = self.engine
+        if self._hold_s(poll_ms) <= 0 or self.stopping.is_set():
+            return self._batch(req, engine.pop_nowait(req, self.clock.now_ms()))
+        rotation = engine.reader.rotation(req)
+        result = engine.pop_nowait(req, self.clock.now_ms())
+        if result.found:
+            return self._batch(req, result)
+        engine.reader.rotate_back(req, rotation)
+        return None
+
     async def wait_for_topic(self, topic: str, group: str, poll_ms: int) -> bool:
         """Park like a pop on a topic that does not exist yet (a consumer that starts before
         the first send: the gRPC clients get the topic's planned route) until a message
@@ -297,15 +328,46 @@ class PopService:
                 ``SERVICE_NOT_AVAILABLE`` on a replica.
             IllegalNameError: the group name is illegal.
         """
+        self._ack(group, topic, queue_id, offset, receipt.retry_flag, receipt.pop_time_ms)
+
+    def ack_text(self, group: str, topic: str, queue_id: int, offset: int, text: str) -> None:
+        """:meth:`ack` of the receipt string ``text`` (a Remoting ``extraInfo``), read without
+        building an :class:`ExtraInfo` when it is plain (:func:`plain_receipt`).
+
+        Raises:
+            BrokerError: ``INVALID_PARAMETER`` for a malformed receipt (before anything
+                else), then as :meth:`ack`.
+            IllegalNameError: the group name is illegal.
+        """
+        plain = plain_receipt(text)
+        if plain is None:
+            receipt = parse_receipt(text)
+            self._ack(group, topic, queue_id, offset, receipt.retry_flag, receipt.pop_time_ms)
+        else:
+            self._ack(group, topic, queue_id, offset, plain[4], plain[1])
+
+    def _ack(
+        self, group: str, topic: str, queue_id: int, offset: int, flag: RetryFlag, pop_time: int
+    ) -> None:
         self._refuse_on_replica()
-        validate_group(group)
-        key = lease_key(group, topic, queue_id, offset, receipt)
+        self._validate_group(group)
+        key = _key(group, topic, queue_id, offset, flag)
         try:
-            outcome = self.engine.ack(key, receipt, self.clock.now_ms())
+            outcome = self.engine.ack(key, pop_time, self.clock.now_ms())
         except OSError:
             raise _not_journaled("ack") from None
         if outcome is not Outcome.OK:
             raise _refuse(outcome, key)
+
+    def _validate_group(self, group: str) -> None:
+        """:func:`validate_group`, remembering the names it accepted (a pure check: an ack
+        per message need not re-read the same name)."""
+        if group in self._valid_groups:
+            return
+        validate_group(group)
+        if len(self._valid_groups) >= _MAX_VALID_GROUPS:
+            self._valid_groups.clear()
+        self._valid_groups.add(group)
 
     def ack_many(self, receipts: Sequence[tuple[LeaseKey, int]]) -> list[Outcome]:
         """Acknowledge ``(lease key, pop time)`` pairs in one journal write; those not in

@@ -38,6 +38,8 @@ from protocol.receipt import (
     StartOffset,
 )
 
+#: :meth:`PopReader.rotation`: (retry topic first?, next first queue), None when unset.
+Rotation = tuple[bool | None, int | None]
 #: Revive queue id put into non-orderly receipts (one logical revive queue here).
 REVIVE_QID = 0
 #: A queue whose first message is within this many bytes of the commit log's end counts as
@@ -116,6 +118,25 @@ class PopReader:
         return self.v1_names.register(group, topic)
 
     # ------------------------------------------------------------------ pop
+    def rotation(self, req: PopRequest) -> Rotation:
+        """Where the next pop of ``req``'s (group, topic) starts (retry topic first or last,
+        first normal queue): what a read that is then undone must put back (:meth:`rotate_back`)."""
+        pair = (req.group, req.topic)
+        return self._retry_first.get(pair), self._next_queue.get(pair)
+
+    def rotate_back(self, req: PopRequest, rotation: Rotation) -> None:
+        """Put back a :meth:`rotation` (a read that found nothing and is done again later)."""
+        pair = (req.group, req.topic)
+        retry_first, next_queue = rotation
+        if retry_first is None:
+            self._retry_first.pop(pair, None)
+        else:
+            self._retry_first[pair] = retry_first
+        if next_queue is None:
+            self._next_queue.pop(pair, None)
+        else:
+            self._next_queue[pair] = next_queue
+
     def pop_nowait(self, req: PopRequest, now_ms: int) -> PopResult:
         """Pop up to ``req.max_nums`` messages at ``now_ms``, recording their leases."""
         result = PopResult(pop_time=now_ms)

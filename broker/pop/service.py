@@ -125,10 +125,11 @@ class PopEngine:
                     )
         return result
 
-    def ack(self, key: LeaseKey, receipt: ExtraInfo, now_ms: int) -> Outcome:
-        """Acknowledge; raises OSError when the journal cannot record it."""
+    def ack(self, key: LeaseKey, pop_time: int, now_ms: int) -> Outcome:
+        """Acknowledge the receipt ``(key, pop_time)``; raises OSError when the journal
+        cannot record it."""
         lease = self.table.leases.get(key)
-        outcome = self.table.ack(key, receipt.pop_time_ms, now_ms)
+        outcome = self.table.ack(key, pop_time, now_ms)
         if lease is not None and outcome is Outcome.OK:
             self._acked(lease, now_ms)
         return outcome

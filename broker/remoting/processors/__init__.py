@@ -76,7 +76,7 @@ TABLE: tuple[Entry, ...] = (
     Entry((RequestCode.GET_MIN_OFFSET,), offsets.get_min_offset),
     Entry((RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,), offsets.search_offset_by_timestamp),
     Entry((RequestCode.GET_EARLIEST_MSG_STORETIME,), offsets.get_earliest_msg_storetime),
-    Entry((RequestCode.POP_MESSAGE,), pop.pop_message, parks=True),
+    Entry((RequestCode.POP_MESSAGE,), pop.pop_message, parks=True, quick=pop.pop_message_now),
     Entry(
         (
             RequestCode.PULL_MESSAGE,

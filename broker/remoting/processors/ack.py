@@ -6,6 +6,8 @@ refusal to ``AckStatus.NO_EXIST``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from broker.core.pop import lease_key, parse_receipt
 from broker.pop.inflight import LeaseKey, Outcome
 from broker.remoting.connection import Connection
@@ -25,11 +27,49 @@ async def ack_message(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
     """Acknowledge one popped message."""
-    header = AckMessageRequestHeader.from_ext(cmd.ext_fields)
-    receipt = parse_receipt(header.extra_info)
-    ctx.broker.pops.ack(header.consumer_group, header.topic, header.queue_id, header.offset,
-                        receipt)  # fmt: skip
-    return cmd.response()
+    group, topic, queue_id, offset, receipt = ack_fields(cmd.ext_fields)
+    ctx.broker.pops.ack_text(group, topic, queue_id, offset, receipt)
+    # An empty dict, not the default empty mapping: the header is then written by formatting
+    # (protocol.header_codec's plain path), the same bytes as the json module's.
+    return cmd.response(ext_fields={})
+
+
+AckFields = tuple[str, str, int, int, str]  #: group, topic, queue id, offset, receipt text
+
+
+def ack_fields(ext: Mapping[str, str]) -> AckFields:
+    """The fields of an ACK_MESSAGE header: read straight from ``extFields`` when plain,
+    else through the typed header (which refuses what it must).
+
+    Raises:
+        FieldError: a required field is missing or malformed.
+    """
+    plain = _plain_ack(ext)
+    if plain is not None:
+        return plain
+    h = AckMessageRequestHeader.from_ext(ext)
+    return h.consumer_group, h.topic, h.queue_id, h.offset, h.extra_info
+
+
+def _plain_ack(ext: Mapping[str, str]) -> AckFields | None:
+    """The fields of an ack header as clients write it (every field present, the queue id
+    at most 9 and the offset at most 18 plain ASCII digits), without building the typed
+    header per ack; None for anything else. Gives exactly what the typed header gives for
+    such a header (tests/broker/test_pop_fast.py)."""
+    get = ext.get
+    group, topic, receipt = get("consumerGroup"), get("topic"), get("extraInfo")
+    queue_id, offset = _int(get("queueId"), 9), _int(get("offset"), 18)
+    if group is None or topic is None or receipt is None or queue_id is None or offset is None:
+        return None
+    return group, topic, queue_id, offset, receipt
+
+
+def _int(raw: str | None, digits: int) -> int | None:
+    """``raw`` when it is at most ``digits`` plain ASCII digits (the typed header's own fast
+    rule: a Java int up to 9, a long up to 18), else None."""
+    if raw is not None and len(raw) <= digits and raw.isdigit() and raw.isascii():
+        return int(raw)
+    return None
 
 
 def _batch_receipts(body: BatchAckMessageRequestBody) -> list[tuple[LeaseKey, int]]:

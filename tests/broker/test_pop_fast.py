@@ -1,0 +1,228 @@
+"""The pop and ack processors' fast paths give exactly what the general ones give (issue 15):
+headers read straight from ``extFields``, the pop reply's header written out, a receipt read
+without its field by field checks, pops answered in the reader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.core.pop import PopBatch
+from broker.pop.inflight import Lease
+from broker.pop.reader import PopRequest, PopResult
+from broker.remoting.processors.ack import AckFields, _plain_ack
+from broker.remoting.processors.pop import PopFields, _plain_pop, _response_ext
+from protocol.codes import ResponseCode
+from protocol.errors import FieldError
+from protocol.headers.pop import (
+    AckMessageRequestHeader,
+    PopMessageRequestHeader,
+    PopMessageResponseHeader,
+)
+from protocol.receipt import (
+    POP_ORDER_REVIVE_QUEUE,
+    MsgOffsets,
+    OrderCount,
+    RetryFlag,
+    StartOffset,
+    build_msg_offset_info,
+    build_order_count_info,
+    build_start_offset_info,
+)
+from tests.broker.memory import open_memory_broker
+from tests.broker.pop_client import ack, pop
+from tests.broker.test_pop import create_topic
+from tests.broker.test_timers import send
+
+VALUES = [None, "", "0", "1", "2", "32", "-1", "-0", "-", "+3", "123456789", "1234567890",
+          "-123456789", "-1234567890", "999999999999999999", "9223372036854775808", "x", "٣",
+          "true", "false", "TRUE", "TAG", "*"]  # fmt: skip
+
+#: What RocketMQ's Java client writes for an ack.
+JAVA_ACK = {
+    "consumerGroup": "cg",
+    "topic": "orders",
+    "queueId": "3",
+    "offset": "1200",
+    "extraInfo": "1199 1764000000123 60000 0 0 broker-a 3 1200",
+    "bname": "broker-a",
+}
+#: ... and for a pop.
+JAVA_POP = {
+    "consumerGroup": "cg",
+    "topic": "orders",
+    "queueId": "-1",
+    "maxMsgNums": "32",
+    "invisibleTime": "60000",
+    "pollTime": "15000",
+    "bornTime": "1764000000123",
+    "initMode": "0",
+    "expType": "TAG",
+    "exp": "*",
+    "order": "false",
+    "bname": "broker-a",
+}
+POP_FIELDS = sorted([*JAVA_POP, "attemptId"])
+
+
+def _changed(base: dict[str, str], changes: dict[str, str | None]) -> dict[str, str]:
+    ext = dict(base)
+    for key, value in changes.items():
+        if value is None:
+            ext.pop(key, None)
+        else:
+            ext[key] = value
+    return ext
+
+
+def _typed_ack(ext: dict[str, str]) -> AckFields | FieldError:
+    try:
+        h = AckMessageRequestHeader.from_ext(ext)
+    except FieldError as exc:
+        return exc
+    return h.consumer_group, h.topic, h.queue_id, h.offset, h.extra_info
+
+
+def _typed_pop(ext: dict[str, str]) -> PopFields | FieldError:
+    try:
+        h = PopMessageRequestHeader.from_ext(ext)
+    except FieldError as exc:
+        return exc
+    return PopFields(
+        h.consumer_group, h.topic, h.queue_id, h.max_msg_nums, h.invisible_time, h.poll_time,
+        h.init_mode, h.exp_type, h.exp, h.order, h.attempt_id,
+    )  # fmt: skip
+
+
+def test_java_headers_take_the_fast_paths() -> None:
+    fast_ack = _plain_ack(JAVA_ACK)
+    assert fast_ack is not None and fast_ack == _typed_ack(JAVA_ACK)
+    fast_pop = _plain_pop(JAVA_POP)
+    assert fast_pop is not None and fast_pop == _typed_pop(JAVA_POP)
+    assert fast_pop.queue_id == -1 and fast_pop.order is False
+
+
+@settings(max_examples=400)
+@given(st.dictionaries(st.sampled_from(sorted(JAVA_ACK)), st.sampled_from(VALUES), max_size=6))
+def test_ack_fast_path_is_none_or_the_typed_header(changes: dict[str, str | None]) -> None:
+    ext = _changed(JAVA_ACK, changes)
+    fast = _plain_ack(ext)
+    if fast is not None:
+        assert fast == _typed_ack(ext)
+
+
+@settings(max_examples=600)
+@given(st.dictionaries(st.sampled_from(POP_FIELDS), st.sampled_from(VALUES), max_size=8))
+def test_pop_fast_path_is_none_or_the_typed_header(changes: dict[str, str | None]) -> None:
+    ext = _changed(JAVA_POP, changes)
+    fast = _plain_pop(ext)
+    if fast is not None:
+        assert fast == _typed_pop(ext)
+
+
+LONGS = st.integers(0, 2**63 - 1)
+QUEUES = st.integers(0, 2**31 - 1)
+FLAGS = st.sampled_from(RetryFlag)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> PopBatch:
+    order = draw(st.booleans())
+    req = PopRequest("g", "T", -1, 32, draw(st.integers(1, 2**63 - 1)), order=order)
+    queues = draw(st.lists(st.tuples(FLAGS, QUEUES), unique=True, max_size=3))
+    found = draw(st.booleans()) and bool(queues)
+    result = PopResult(pop_time=draw(LONGS), rest=draw(LONGS))
+    for flag, queue_id in queues:
+        offsets = draw(st.lists(LONGS, min_size=1, max_size=3))
+        result.start_offsets.append(StartOffset(flag, queue_id, offsets[0]))
+        result.msg_offsets.append(MsgOffsets(flag, queue_id, offsets))
+        if order:
+            result.order_counts.append(OrderCount(flag, queue_id, None, draw(st.integers(0, 9))))
+    if found:
+        result.leases.append(Lease("g", "T", 0, 0, result.pop_time, req.invisible_ms, "T"))
+    return PopBatch(req, result, "broker-a")
+
+
+@given(batches())
+def test_pop_response_ext_is_the_typed_header(batch: PopBatch) -> None:
+    req, result = batch.request, batch.result
+    typed = PopMessageResponseHeader(
+        pop_time=result.pop_time,
+        invisible_time=req.invisible_ms,
+        revive_qid=POP_ORDER_REVIVE_QUEUE if req.order else 0,
+        rest_num=result.rest,
+        start_offset_info=build_start_offset_info(result.start_offsets) or None,
+        msg_offset_info=build_msg_offset_info(result.msg_offsets) or None,
+        order_count_info=build_order_count_info(result.order_counts) or None,
+    ).to_ext()
+    ours = _response_ext(batch)
+    assert ours == typed
+    assert list(ours) == list(typed)
+
+
+async def test_a_pop_that_parks_after_the_quick_try_rotates_as_one_read(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A pop with a hold that finds nothing is tried in the reader, taken back and parked in
+    a task: its read leaves the queue rotation as one read does (the retry topic and the
+    first queue move once per pop, not twice), and the parked pop is woken as before."""
+    with trio.fail_after(30):
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
+            await create_topic(client, "T", queues=4)
+            reader = broker.broker.pops.engine.reader
+            req = broker.broker.pops.request("g", "T", -1, 32, 60_000)
+            assert reader.rotation(req) == (None, None)
+            async with trio.open_nursery() as nursery:
+
+                async def parked() -> None:
+                    reply, got = await pop(client, "g", "T", poll_ms=10_000)
+                    assert reply.code == ResponseCode.SUCCESS
+                    assert [p.msg.body for p in got] == [b"late"]
+
+                nursery.start_soon(parked)
+                await trio.sleep(1)
+                assert reader.rotation(req) == (True, 1)  # one read so far: flipped once
+                await send(client, "T", b"late")
+            # The woken pop read once more (a wake-up re-reads, as before).
+            assert reader.rotation(req) == (False, 2)
+            reply, got = await pop(client, "g", "T", poll_ms=0)  # nothing left, no hold
+            assert reply.code == ResponseCode.POLLING_TIMEOUT and got == []
+            assert reader.rotation(req) == (True, 3)
+
+
+async def test_acks_through_the_fast_paths_and_back(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Pop answered in the reader, acks read straight from their fields: every ack succeeds
+    once, a second ack of the same receipt is NO_MESSAGE, a malformed receipt is
+    INVALID_PARAMETER."""
+    with trio.fail_after(30):
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
+            await create_topic(client, "T")
+            for i in range(6):
+                await send(client, "T", f"m{i}".encode())
+            reply, got = await pop(client, "g", "T")
+            assert reply.code == ResponseCode.SUCCESS and len(got) == 6
+            for p in got:
+                assert (await ack(client, "g", p)).code == ResponseCode.SUCCESS
+            again = await ack(client, "g", got[0])
+            assert again.code == ResponseCode.NO_MESSAGE
+            bad = await client.call(
+                200051, {**_ack_ext(got[0].real_topic, got[0]), "extraInfo": "1 2 3"}
+            )
+            assert bad.code == ResponseCode.INVALID_PARAMETER
+            assert broker.statistics().core.pop.in_flight == 0
+
+
+def _ack_ext(topic: str, p: object) -> dict[str, str]:
+    from tests.broker.pop_client import Popped
+
+    assert isinstance(p, Popped)
+    return AckMessageRequestHeader(
+        consumer_group="g", topic=topic, queue_id=p.msg.queue_id,
+        extra_info=p.receipt.encode(), offset=p.msg.queue_offset,
+    ).to_ext()  # fmt: skip
