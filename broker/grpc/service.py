@@ -48,6 +48,7 @@ from protocol.grpc.convert import (
     decode_handle,
     decode_recall_handle,
     decode_transaction_id,
+    delivered_response,
     duration_ms,
     encode_handle,
     encode_recall_handle,
@@ -56,10 +57,8 @@ from protocol.grpc.convert import (
     properties_of,
     set_timestamp,
     timestamp_ms,
-    to_message,
 )
 from protocol.headers.pop import INIT_MODE_MAX
-from protocol.message import decode_record
 from protocol.naming import DEFAULT_TOPIC
 from protocol.properties import PGROUP
 from protocol.receipt import ExtraInfo
@@ -642,19 +641,11 @@ def _parse(cls: Any, payload: bytes) -> Any:
 
 
 def _delivered(popped: list[Popped]) -> Iterator[bytes]:
-    """Each popped message as a serialised ``ReceiveMessageResponse``, in order: a loop over
-    a receive's whole batch with its functions looked up once (it runs per message)."""
-    response_of, decode, handle_of, convert = (
-        schema.ReceiveMessageResponse, decode_record, encode_handle, to_message,
-    )  # fmt: skip
+    """Each popped message as a serialised ``ReceiveMessageResponse``, in order (built from
+    the record's bytes: :func:`~protocol.grpc.convert.delivered_response`)."""
+    response = delivered_response
     for item in popped:
-        msg = decode(item.record)[0]
-        response = response_of()
-        convert(
-            msg, receipt_handle=handle_of(item.receipt, msg.commit_log_offset),
-            invisible_ms=item.lease.invisible_ms, out=response.message,
-        )  # fmt: skip
-        yield response.SerializeToString()
+        yield response(item.record, item.receipt, item.lease.invisible_ms)
 
 
 def _send_receive_status(call: Call, code: int, message: str) -> None:
