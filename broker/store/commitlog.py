@@ -9,15 +9,17 @@ Theory of operation:
   rest of the segment becomes a blank marker (RocketMQ's ``BLANK_MAGIC_CODE``) and the record
   goes to the next segment.
 * ``end`` is where the next record goes. Appends go to ``_tail``, an in-memory copy of the
-  log's newest bytes ``[_tail_start, end)``: recent reads never touch the disk. Bytes below
+  log's newest bytes ``[_tail.start, end)`` in chunks (:mod:`broker.store.tail`): recent
+  reads never touch the disk. Bytes below
   ``written`` have been handed to the OS (``os.pwrite``); ``write_out`` moves the rest and
   returns the descriptors to ``fsync`` — the caller may fsync them in a worker thread while
   this thread keeps appending, so descriptors stay open until :meth:`close`. A segment stays
   "unsynced" (its descriptor is returned by every ``write_out``) until :meth:`synced` says an
   fsync that covered its last write succeeded: bytes written out by a call whose descriptors
   were dropped, or whose fsync failed, are never taken for durable.
-* The tail is trimmed to about ``tail_cache_bytes``, never past ``written``: unwritten bytes
-  live only in memory, and a failed write (ENOSPC, EIO) keeps them there for a retry.
+* The tail is trimmed a chunk at a time to at least ``tail_cache_bytes``, never past
+  ``written``: unwritten bytes live only in memory, and a failed write (ENOSPC, EIO) keeps
+  them there for a retry.
 * :meth:`scan` walks records from an offset, validating each (:func:`check_record`), for
   recovery and re-dispatch; :meth:`truncate` cuts the log after a crash so that stale bytes
   beyond the new end can never be mistaken for records later.
@@ -35,6 +37,7 @@ from typing import NamedTuple
 
 from broker.store.api import StoreCorruptError
 from broker.store.record import BLANK_SIZE, blank_marker, check_record
+from broker.store.tail import TailCache, chunk_size_for
 
 _NAME_DIGITS = 20
 _SCAN_CHUNK = 4 * 1024 * 1024
@@ -89,8 +92,7 @@ class CommitLog:
         self.min_offset = self._starts[0] if self._starts else 0
         self.end = self.min_offset
         self.written = self.min_offset
-        self._tail = bytearray()
-        self._tail_start = self.min_offset
+        self._tail = TailCache(self.min_offset, chunk_size_for(tail_cache_bytes))
         #: segment start -> the ``write_generation`` that last wrote to it, until synced
         self._unsynced: dict[int, int] = {}
         self.write_generation = 0
@@ -125,8 +127,8 @@ class CommitLog:
 
     def set_end(self, end: int) -> None:
         """Declare where valid data ends (recovery's verdict); appends continue from there."""
-        self.end = self.written = self._tail_start = end
-        self._tail.clear()
+        self.end = self.written = end
+        self._tail.reset(end)
         if not self._starts:
             self.min_offset = end - end % self.segment_size
 
@@ -141,29 +143,22 @@ class CommitLog:
             raise ValueError(f"a record of {size} bytes does not fit a {self.segment_size} segment")
         remaining = self.segment_size - self.end % self.segment_size
         if size + BLANK_SIZE > remaining:
-            self._tail += blank_marker(remaining)
-            self._tail += bytes(remaining - BLANK_SIZE)
-            self.end += remaining
+            self.end += self._tail.extend((blank_marker(remaining), bytes(remaining - BLANK_SIZE)))
         return self.end
 
     def append(self, data: bytes) -> None:
         """Append a record at :meth:`reserve`'s position (kept in memory until written out)."""
-        self._tail += data
-        self.end += len(data)
+        self.end += self._tail.extend((data,))
 
     def append_parts(self, *parts: bytes) -> None:
         """Append a record given in parts (saves joining them first)."""
-        tail = self._tail
-        before = len(tail)
-        for part in parts:
-            tail += part
-        self.end += len(tail) - before
+        self.end += self._tail.extend(parts)
 
     def unappend(self, offset: int) -> None:
         """Forget unwritten bytes from ``offset`` on (a put failed after reserving)."""
         if offset < self.written:
             raise ValueError("cannot unappend bytes already written")
-        del self._tail[offset - self._tail_start :]
+        self._tail.truncate(offset)
         self.end = offset
 
     def write_out(self) -> list[int]:
@@ -179,11 +174,11 @@ class CommitLog:
             stop = min(self.end, start + self.segment_size)
             fd = self._segment_fd(start, create=True)
             self._unsynced[start] = self.write_generation
-            view = memoryview(self._tail)[self.written - self._tail_start : stop - self._tail_start]
+            view = self._tail.view(self.written, stop)  # up to a chunk's end
             with view:
                 done = os.pwrite(fd, view, self.written - start)
             self.written += done
-        self._trim_tail()
+        self._tail.drop_before(min(self.written, self.end - self.tail_cache_bytes))
         return [self._fds[start] for start in self._unsynced]
 
     def synced(self, generation: int) -> None:
@@ -193,13 +188,6 @@ class CommitLog:
             if written_by <= generation:
                 del self._unsynced[start]
 
-    def _trim_tail(self) -> None:
-        excess = len(self._tail) - self.tail_cache_bytes
-        if excess > self.tail_cache_bytes // 2:  # trim in big steps: del is a memmove
-            drop = min(excess, self.written - self._tail_start)
-            del self._tail[:drop]
-            self._tail_start += drop
-
     # ------------------------------------------------------------------ reading
     def read(self, offset: int, size: int) -> bytes | None:
         """The ``size`` bytes at ``offset``, or None outside ``[min_offset, end)`` or across
@@ -208,9 +196,8 @@ class CommitLog:
             return None
         if offset % self.segment_size + size > self.segment_size:
             return None
-        if offset >= self._tail_start:
-            rel = offset - self._tail_start
-            return bytes(self._tail[rel : rel + size])
+        if offset >= self._tail.start:
+            return self._tail.read(offset, size)
         return self._pread(offset, size)
 
     def read_some(self, offset: int, max_size: int) -> bytes:
@@ -222,8 +209,8 @@ class CommitLog:
             raise ValueError(f"offset {offset} is outside [{self.min_offset}, {self.end})")
         stop = min(offset + max_size, self.end, offset - offset % self.segment_size
                    + self.segment_size)  # fmt: skip
-        if offset < self._tail_start:
-            stop = min(stop, self._tail_start)
+        if offset < self._tail.start:
+            stop = min(stop, self._tail.start)
         data = self.read(offset, stop - offset)
         assert data is not None  # inside the log and one segment
         return data
