@@ -132,8 +132,8 @@ TRICKLE_TICK_S = 0.5
 TRICKLE_WINDOW = 200
 CONTROL_TIMEOUT_S = 5.0
 #: Most of the commit log a broker keeps in memory (broker/store/config.py tail_cache_bytes,
-#: 64 MB, trimmed back once it passes 1.5 times that).
-LOG_TAIL_MAX_MB = 96.0
+#: 64 MiB, plus the 4 MiB chunk being filled and two spare chunks: broker/store/tail.py).
+LOG_TAIL_MAX_MB = 76.0
 STOP_TIMEOUT_S = 30.0  #: SIGTERM to SIGKILL, broker and driver alike
 REFUSALS: dict[int, str] = {
     ResponseCode.SYSTEM_BUSY: "SYSTEM_BUSY",
@@ -729,7 +729,7 @@ class Sample:
     broker_cpu_s: float
     connections: int  #: as the broker's runtime info last said (-1: not known)
     #: The commit log's end offset in MB (runtime info ``commitLogMaxOffset``): a fresh
-    #: broker keeps the newest 64–96 MB of it in memory (``StoreConfig.tail_cache_bytes``).
+    #: broker keeps the newest 64–76 MiB of it in memory (``StoreConfig.tail_cache_bytes``).
     log_mb: float
     #: CPU seconds so far of the whole machine (busy), of the driver and of this process: the
     #: rest is other people's work on the shared machine.
