@@ -111,6 +111,9 @@ class Journal:
         self._sync_lock = threading.Lock()  # serialises sync() (never taken by the owner)
         self._snapshot_lock = threading.Lock()
         self._snapshot_generation = base
+        # One packer for the owner thread's appends: msgpack.packb builds one per call, which
+        # cost more than the op's encoding (the same bytes: packb is Packer(...).pack).
+        self._pack = msgpack.Packer(use_bin_type=True).pack
 
     @classmethod
     def open(cls, directory: Path, *, fsync: bool = False) -> tuple[Journal, Recovered]:
@@ -164,7 +167,7 @@ class Journal:
         stays usable (a full disk may clear) unless that truncation or an fsync failed (the
         kernel may have dropped earlier dirty pages too): then appends and rotations raise
         :class:`JournalUnusableError` until a reopen rescans the disk."""
-        frame = _frame(msgpack.packb(op, use_bin_type=True))
+        frame = _frame(self._pack(op))
         self._check_usable()
         try:
             view = memoryview(frame)
