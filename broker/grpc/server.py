@@ -341,7 +341,8 @@ class Call:
     #: half-closes. None for a call the reader runs itself (:attr:`payloads`).
     requests: trio.MemoryReceiveChannel[bytes] | None
     _requests_in: trio.MemorySendChannel[bytes] | None
-    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    #: :attr:`scope`, made when first asked for (a quick call the reader runs never is).
+    _scope: trio.CancelScope | None = None
     #: The request messages of a call the reader runs itself (complete when it runs).
     payloads: list[bytes] = field(default_factory=list)
     reset: bool = False
@@ -350,6 +351,14 @@ class Call:
     half_closed: bool = False
     #: Why the server cut the call short (the status to end it with), if it did.
     aborted: tuple[GrpcStatus, str] | None = None
+
+    @property
+    def scope(self) -> trio.CancelScope:
+        """The call's cancel scope: its deadline (``grpc-timeout``), cancelled by a reset or
+        an abort; a call with a task of its own runs in it."""
+        if self._scope is None:
+            self._scope = trio.CancelScope()
+        return self._scope
 
     @property
     def client_id(self) -> str:
@@ -564,8 +573,9 @@ class _Connection:
     def call_ended(self) -> None:
         """A call ended: wake :meth:`stop`; the last call after the client's GOAWAY ends the
         connection (the reader would otherwise wait for bytes that never come)."""
-        self._calls_changed.set()
-        self._calls_changed = trio.Event()
+        if self._stopping:  # only a stop waits for it (no Event per call otherwise)
+            self._calls_changed.set()
+            self._calls_changed = trio.Event()
         self.last_active = trio.current_time()
         if self.link.protocol.going_away and not self.calls and not self._stopping:
             self._read_scope.cancel()

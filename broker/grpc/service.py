@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import trio
 from google.protobuf.message import DecodeError
@@ -31,7 +31,7 @@ from broker.core.transactions import EndRequest, Resolution
 from broker.grpc.clients import GrpcClients
 from broker.grpc.cluster import ClusterRoutes, PeerQueues
 from broker.grpc.server import Call, GrpcError, Handler
-from broker.grpc.status import code_of_error, code_of_put, status
+from broker.grpc.status import code_of_error, code_of_put, status, status_bytes
 from broker.logs import get_logger
 from broker.schedule import delivery_time
 from protocol.acl.check import AnyRules, authorize_call
@@ -58,6 +58,7 @@ from protocol.grpc.convert import (
     set_timestamp,
     timestamp_ms,
 )
+from protocol.grpc.wire import sub, text_field, varint
 from protocol.headers.pop import INIT_MODE_MAX
 from protocol.naming import DEFAULT_TOPIC
 from protocol.properties import PGROUP
@@ -305,29 +306,26 @@ class MessagingService:
 
     # ------------------------------------------------------------------ sending
     async def send_message(self, call: Call, req: Any) -> Any:
-        """Store each message (the clients send one); the server picks the queue."""
-        out = schema.SendMessageResponse()
-        for message in req.messages:
-            entry = out.entries.add()
-            entry.status.CopyFrom(await self._send_one(call, message, entry))
-        if not req.messages:
+        """Store each message (the clients send one); the server picks the queue. Answers
+        the serialised response (:func:`send_response`)."""
+        messages = req.messages
+        if not messages:
+            out = schema.SendMessageResponse()
             out.status.CopyFrom(status(Code.BAD_REQUEST, "no message to send"))
-        else:
-            codes = {e.status.code for e in out.entries}
-            first = out.entries[0].status
-            out.status.CopyFrom(first if len(codes) == 1 else status(Code.MULTIPLE_RESULTS))
-        return out
+            return out
+        return send_response([await self._send_one(call, message) for message in messages])
 
-    async def _send_one(self, call: Call, message: Any, entry: Any) -> Any:
+    async def _send_one(self, call: Call, message: Any) -> SendResult:
         broker = self.broker
         topic = message.topic.name
         system = message.system_properties
-        if not message.body:
-            return status(Code.MESSAGE_BODY_EMPTY, "message body is empty")
-        if len(message.body) > broker.config.max_message_size:
-            return status(
+        body = message.body
+        if not body:
+            return SendResult(Code.MESSAGE_BODY_EMPTY, "message body is empty")
+        if len(body) > broker.config.max_message_size:
+            return SendResult(
                 Code.MESSAGE_BODY_TOO_LARGE,
-                f"body of {len(message.body)} bytes is over {broker.config.max_message_size}",
+                f"body of {len(body)} bytes is over {broker.config.max_message_size}",
             )
         transactional = system.message_type == schema.MessageType.TRANSACTION
         try:
@@ -340,7 +338,7 @@ class MessagingService:
             outcome = await broker.sends.send(
                 SendRequest(
                     topic,
-                    message.body,
+                    body,
                     props,
                     queue_id,
                     0,
@@ -354,23 +352,24 @@ class MessagingService:
                 )
             )
         except MessageRejected as exc:
-            return status(exc.code, str(exc))
+            return SendResult(exc.code, str(exc))
         except TrimqError as exc:
-            return status(code_of_error(exc, name_code=Code.ILLEGAL_TOPIC), str(exc))
-        if not outcome.result.ok:
-            return status(code_of_put(outcome.result.status), outcome.result.remark)
-        entry.message_id = system.message_id
-        entry.offset = outcome.result.queue_offset
+            return SendResult(code_of_error(exc, name_code=Code.ILLEGAL_TOPIC), str(exc))
+        result = outcome.result
+        if not result.ok:
+            return SendResult(code_of_put(result.status), result.remark)
+        message_id = system.message_id
+        transaction_id = recall_handle = ""
         if transactional:
-            entry.transaction_id = encode_transaction_id(
-                outcome.result.commit_log_offset, outcome.result.queue_offset
-            )
+            transaction_id = encode_transaction_id(result.commit_log_offset, result.queue_offset)
         if outcome.scheduled is not None:
             where = outcome.scheduled
-            entry.recall_handle = encode_recall_handle(
-                topic, where.queue_id, where.queue_offset, system.message_id
+            recall_handle = encode_recall_handle(
+                topic, where.queue_id, where.queue_offset, message_id
             )
-        return status(Code.OK)
+        return SendResult(
+            Code.OK, "", message_id, result.queue_offset, transaction_id, recall_handle
+        )
 
     def _queue_for(self, topic: str, group: str | None) -> int:
         """A message group's queue: its Java hash over the write queues (the proxy's choice,
@@ -593,6 +592,44 @@ class MessagingService:
 # ------------------------------------------------------------------ helpers
 
 
+class SendResult(NamedTuple):
+    """One message's outcome in a SendMessage call (a ``SendResultEntry``): its status,
+    and what a stored message is answered with."""
+
+    code: int
+    #: The status message ("" → the code's name, as :func:`status` gives).
+    message: str = ""
+    message_id: str = ""
+    offset: int = 0
+    transaction_id: str = ""
+    recall_handle: str = ""
+
+
+def send_response(results: list[SendResult]) -> bytes:
+    """The serialised ``SendMessageResponse`` of one or more results: an entry each, and
+    the first's status when all have the same code (else MULTIPLE_RESULTS), as building it
+    with protobuf gives (``tests/broker/grpc/test_service.py`` compares the two). Written
+    directly: the protobuf objects of a SendMessage response cost more than the bytes."""
+    entries = []
+    for result in results:
+        parts = [sub(b"\x0a", status_bytes(result.code, result.message))]
+        if result.message_id:
+            parts.append(text_field(b"\x12", result.message_id))
+        if result.transaction_id:
+            parts.append(text_field(b"\x1a", result.transaction_id))
+        if result.offset:
+            parts.append(b"\x20" + varint(result.offset))
+        if result.recall_handle:
+            parts.append(text_field(b"\x2a", result.recall_handle))
+        entries.append(sub(b"\x12", b"".join(parts)))
+    first = results[0]
+    if all(result.code == first.code for result in results):
+        head = status_bytes(first.code, first.message)
+    else:
+        head = status_bytes(Code.MULTIPLE_RESULTS)
+    return sub(b"\x0a", head) + b"".join(entries)
+
+
 class _Refused(Exception):
     """An RPC's own refusal (a v2 code and why)."""
 
@@ -626,7 +663,8 @@ def _unary(
             out.status.CopyFrom(refused)
         else:
             out = await fn(call, req)
-        call.send_nowait(out.SerializeToString())
+        # A handler may answer serialised bytes (SendMessage), else a protobuf response.
+        call.send_nowait(out if type(out) is bytes else out.SerializeToString())
 
     return handle
 

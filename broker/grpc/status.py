@@ -11,6 +11,7 @@ from protocol.codes import ResponseCode
 from protocol.errors import IllegalNameError, TrimqError
 from protocol.grpc import schema
 from protocol.grpc.codes import Code
+from protocol.grpc.wire import text_field, varint
 
 _BY_RESPONSE_CODE: Final = {
     ResponseCode.SUCCESS: Code.OK,
@@ -70,3 +71,19 @@ def status(code: int, message: str = "") -> Any:
     out.code = code
     out.message = message or Code(code).name
     return out
+
+
+def status_bytes(code: int, message: str = "") -> bytes:
+    """:func:`status`'s serialised body (what ``status(code, message).SerializeToString()``
+    gives), written directly; the plain OK status is a constant."""
+    if code == Code.OK and not message:
+        return _OK_BYTES
+    return _status_body(code, message)
+
+
+def _status_body(code: int, message: str) -> bytes:
+    text = text_field(b"\x12", message or Code(code).name)
+    return b"\x08" + varint(code) + text if code else text
+
+
+_OK_BYTES: Final = _status_body(Code.OK, "")

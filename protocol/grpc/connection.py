@@ -73,7 +73,7 @@ class GrpcConnectionError(TrimqError):
     """The peer broke HTTP/2; close the connection after writing :meth:`data_to_send`."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallStarted:
     """A new call: answer it (or end it) on ``stream_id``."""
 
@@ -86,7 +86,7 @@ class CallStarted:
     timeout_s: float | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallMessage:
     """One request message of a call."""
 
@@ -94,14 +94,14 @@ class CallMessage:
     payload: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallHalfClosed:
     """The client sent all its messages."""
 
     stream_id: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallReset:
     """The call is over from the client's side: stop working on it, write nothing more."""
 
@@ -110,7 +110,7 @@ class CallReset:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PeerGoingAway:
     """The client sent GOAWAY: no new calls; the open ones finish."""
 
@@ -118,6 +118,9 @@ class PeerGoingAway:
     error_code: int
 
 
+#: What :meth:`GrpcConnection.receive_data` reports. Plain records, never changed once made
+#: (not frozen: a frozen dataclass's ``__init__`` costs three times as much, and a call
+#: makes three of them).
 Event = CallStarted | CallMessage | CallHalfClosed | CallReset | PeerGoingAway
 
 

@@ -27,6 +27,7 @@ from typing import Any, Final
 from protocol.errors import ReceiptError
 from protocol.grpc import schema
 from protocol.grpc.codes import Code
+from protocol.grpc.wire import VARINT1, sub, text_field, varint
 from protocol.message import (
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
@@ -340,42 +341,11 @@ _RECORD_FIXED: Final = tuple(
 )
 _RECORD_START: Final = struct.Struct(">iI28xi")
 _I16: Final = struct.Struct(">h")
-_INT32_MAX: Final = 2**31 - 1
 #: Bounded caches (cleared when full): a broker delivers few topics and hosts.
 _CACHE_LIMIT: Final = 1024
-_VARINT1: Final = tuple(bytes((n,)) for n in range(128))
-
-
-def _varint(n: int) -> bytes:
-    """Protobuf's varint of an int32/int64 value (a negative one as its 64-bit two's
-    complement: ten bytes)."""
-    if 0 <= n < 128:
-        return _VARINT1[n]
-    if n < 0:
-        n &= 0xFFFF_FFFF_FFFF_FFFF
-    out = bytearray()
-    while n > 0x7F:  # bounded: at most ten rounds for a 64-bit value
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _text_field(key: bytes, text: str) -> bytes:
-    """A length-delimited string field: key, length, UTF-8 bytes."""
-    data = text.encode()
-    size = len(data)
-    return key + (_VARINT1[size] if size < 128 else _varint(size)) + data
-
-
-def _sub(key: bytes, body: bytes) -> bytes:
-    size = len(body)
-    return key + (_VARINT1[size] if size < 128 else _varint(size)) + body
-
-
 #: ``nanos`` (field 2 of Timestamp and Duration) of each millisecond remainder.
 _NANOS: Final = tuple(
-    b"" if ms == 0 else b"\x10" + _varint(ms * 1_000_000) for ms in range(_MS_PER_S)
+    b"" if ms == 0 else b"\x10" + varint(ms * 1_000_000) for ms in range(_MS_PER_S)
 )
 _SECONDS: dict[int, bytes] = {}
 
@@ -386,12 +356,16 @@ def _time_body(ms: int) -> bytes:
     seconds, rest = divmod(ms, _MS_PER_S)
     if not seconds:
         return _NANOS[rest]
-    field = _SECONDS.get(seconds)
-    if field is None:
-        if len(_SECONDS) >= _CACHE_LIMIT:
-            _SECONDS.clear()
-        field = _SECONDS[seconds] = b"\x08" + _varint(seconds)
-    return field + _NANOS[rest]
+    return (_SECONDS.get(seconds) or _seconds_field(seconds)) + _NANOS[rest]
+
+
+def _seconds_field(seconds: int) -> bytes:
+    """Field 1 (``seconds``) of a Timestamp/Duration, remembered: a batch's timestamps
+    mostly fall in the same few seconds."""
+    if len(_SECONDS) >= _CACHE_LIMIT:
+        _SECONDS.clear()
+    field = _SECONDS[seconds] = b"\x08" + varint(seconds)
+    return field
 
 
 #: A topic's bytes as stored → (Message field 1 with it, whether it is a dead-letter topic);
@@ -414,7 +388,7 @@ def _topic_field(raw: bytes) -> tuple[bytes, bool] | None:
     except UnicodeDecodeError:
         found = None
     else:
-        found = (_sub(b"\x0a", _text_field(b"\x12", topic) if topic else b""), is_dlq_topic(topic))
+        found = (sub(b"\x0a", text_field(b"\x12", topic) if topic else b""), is_dlq_topic(topic))
     if len(_TOPIC_FIELDS) >= _CACHE_LIMIT:
         _TOPIC_FIELDS.clear()
     _TOPIC_FIELDS[raw] = found
@@ -426,7 +400,7 @@ def _born_field(ip: bytes) -> bytes:
     if field is None:
         if len(_BORN_FIELDS) >= _CACHE_LIMIT:
             _BORN_FIELDS.clear()
-        field = _BORN_FIELDS[ip] = _text_field(b"\x42", ip_from_bytes(ip))
+        field = _BORN_FIELDS[ip] = text_field(b"\x42", ip_from_bytes(ip))
     return field
 
 
@@ -436,7 +410,7 @@ def _store_field(ip: bytes, port: int) -> bytes:
     if field is None:
         if len(_STORE_FIELDS) >= _CACHE_LIMIT:
             _STORE_FIELDS.clear()
-        field = _STORE_FIELDS[key] = _text_field(b"\x52", f"{ip_from_bytes(ip)}:{port}")
+        field = _STORE_FIELDS[key] = text_field(b"\x52", f"{ip_from_bytes(ip)}:{port}")
     return field
 
 
@@ -445,15 +419,15 @@ def _invisible_field(ms: int) -> bytes:
     if field is None:
         if len(_INVISIBLE_FIELDS) >= _CACHE_LIMIT:
             _INVISIBLE_FIELDS.clear()
-        field = _INVISIBLE_FIELDS[ms] = _sub(b"\x7a", _time_body(ms))
+        field = _INVISIBLE_FIELDS[ms] = sub(b"\x7a", _time_body(ms))
     return field
 
 
 #: SystemProperties field 5 (IDENTITY) and field 6 per message type.
-_IDENTITY_FIELD: Final = b"\x28" + _varint(schema.Encoding.IDENTITY)
-_TYPE_FIELDS: Final = {t: b"\x30" + _varint(t) for t in schema.MessageType}
+_IDENTITY_FIELD: Final = b"\x28" + varint(schema.Encoding.IDENTITY)
+_TYPE_FIELDS: Final = {t: b"\x30" + varint(t) for t in schema.MessageType}
 #: SystemProperties field 4 up to the checksum: Digest{type MD5, checksum: 32 hex digits}.
-_MD5_DIGEST_HEAD: Final = b"\x22\x24\x08" + _varint(schema.DigestType.MD5) + b"\x12\x20"
+_MD5_DIGEST_HEAD: Final = b"\x22\x24\x08" + varint(schema.DigestType.MD5) + b"\x12\x20"
 
 
 def _response_bytes(record: bytes, receipt: ExtraInfo, invisible_ms: int) -> bytes | None:
@@ -499,7 +473,7 @@ def _response_bytes(record: bytes, receipt: ExtraInfo, invisible_ms: int) -> byt
     pos += 2
     if (
         topic is None or topic[1] or props_len < 0 or pos + props_len != size
-        or born_port > 0xFFFF or store_port > 0xFFFF or reconsume >= _INT32_MAX
+        or born_port > 0xFFFF or store_port > 0xFFFF or reconsume >= _INT_MAX
     ):  # fmt: skip
         return None
     try:
@@ -512,34 +486,57 @@ def _response_bytes(record: bytes, receipt: ExtraInfo, invisible_ms: int) -> byt
         or DLQ_ORIGIN_TOPIC in props
     ):  # fmt: skip
         return None
-    v1, varint = _VARINT1, _varint
+    v1 = VARINT1
     body = memoryview(record)[body_at : body_at + body_len]
     mid = message_id.encode()
     handle = f"{_receipt_text(receipt)} {commit_offset}".encode()
     n_mid, n_handle = len(mid), len(handle)
-    head = _text_field(b"\x0a", props[TAGS]) if TAGS in props else b""
+    head = text_field(b"\x0a", props[TAGS]) if TAGS in props else b""
     if KEYS in props:
-        head += b"".join([_text_field(b"\x12", key) for key in split_keys(props[KEYS])])
-    tail = _text_field(b"\x8a\x01", props[SHARDING_KEY]) if SHARDING_KEY in props else b""
+        head += b"".join([text_field(b"\x12", key) for key in split_keys(props[KEYS])])
+    # message_type_of(props) without its delivery-time tests (such records went above)
+    if props.get(TRAN_MSG) == "true":
+        kind = _TYPE_FIELDS[schema.MessageType.TRANSACTION]
+    elif SHARDING_KEY in props:
+        kind = _TYPE_FIELDS[schema.MessageType.FIFO]
+    elif TIMER_DELAY_SEC in props:
+        kind = _TYPE_FIELDS[schema.MessageType.DELAY]
+    else:
+        kind = _TYPE_FIELDS[schema.MessageType.NORMAL]
+    tail = text_field(b"\x8a\x01", props[SHARDING_KEY]) if SHARDING_KEY in props else b""
     if TRACE_CONTEXT in props:
-        tail += _text_field(b"\x92\x01", props[TRACE_CONTEXT])
-    born, stored = _time_body(born_ts), _time_body(store_ts)  # under 128 bytes each
+        tail += text_field(b"\x92\x01", props[TRACE_CONTEXT])
+    seconds, rest = divmod(born_ts, _MS_PER_S)
+    born = (
+        (_SECONDS.get(seconds) or _seconds_field(seconds)) + _NANOS[rest]
+        if seconds
+        else _NANOS[rest]
+    )
+    seconds, rest = divmod(store_ts, _MS_PER_S)
+    stored = (
+        (_SECONDS.get(seconds) or _seconds_field(seconds)) + _NANOS[rest]
+        if seconds
+        else _NANOS[rest]
+    )
     # SystemProperties: 1 tag, 2 keys (head), 3 message_id, 4 body_digest, 5 body_encoding,
     # 6 message_type, 7 born_timestamp, 8 born_host, 9 store_timestamp, 10 store_host,
     # 12 receipt_handle, 13 queue_id, 14 queue_offset, 15 invisible_duration,
-    # 16 delivery_attempt, 17 message_group, 18 trace_context (tail).
+    # 16 delivery_attempt, 17 message_group, 18 trace_context (tail). A timestamp's body is
+    # under 128 bytes.
+    attempt = reconsume + 1
     system = b"%b\x1a%b%b%b%b%b%b:%b%b%bJ%b%b%bb%b%b%b\x70%b%b\x80\x01%b%b" % (
         head,
         v1[n_mid] if n_mid < 128 else varint(n_mid), mid,
         _MD5_DIGEST_HEAD, hashlib.md5(body, usedforsecurity=False).hexdigest().upper().encode(),
-        _IDENTITY_FIELD, _TYPE_FIELDS[message_type_of(props)],
-        v1[len(born)], born, _born_field(born_ip),
-        v1[len(stored)], stored, _store_field(store_ip, store_port),
+        _IDENTITY_FIELD, kind,
+        v1[len(born)], born, _BORN_FIELDS.get(born_ip) or _born_field(born_ip),
+        v1[len(stored)], stored,
+        _STORE_FIELDS.get((store_ip, store_port)) or _store_field(store_ip, store_port),
         v1[n_handle] if n_handle < 128 else varint(n_handle), handle,
         b"\x68" + varint(queue_id) if queue_id else b"",
-        varint(queue_offset),
-        _invisible_field(invisible_ms),
-        varint(reconsume + 1),
+        v1[queue_offset] if 0 <= queue_offset < 128 else varint(queue_offset),
+        _INVISIBLE_FIELDS.get(invisible_ms) or _invisible_field(invisible_ms),
+        v1[attempt] if 0 <= attempt < 128 else varint(attempt),
         tail,
     )  # fmt: skip
     n_system = len(system)
@@ -574,10 +571,12 @@ def encode_handle(receipt: ExtraInfo, commit_offset: int) -> str:
     return f"{_receipt_text(receipt)} {commit_offset}"
 
 
-#: Java's long and int ranges (``ExtraInfo.encode``'s checks); only ever tested against
-#: a plain int (``in range`` of anything else would compare element by element).
-_JAVA_LONG: Final = range(-(2**63), 2**63)
-_JAVA_INT: Final = range(-(2**31), 2**31)
+#: Java's long and int ranges (``ExtraInfo.encode``'s checks); only ever compared with a
+#: plain int.
+_LONG_MIN: Final = -(2**63)
+_LONG_MAX: Final = 2**63 - 1
+_INT_MIN: Final = -(2**31)
+_INT_MAX: Final = 2**31 - 1
 
 
 def _receipt_text(r: ExtraInfo) -> str:
@@ -588,14 +587,12 @@ def _receipt_text(r: ExtraInfo) -> str:
     ck, pop, inv, qoff = r.ck_queue_offset, r.pop_time_ms, r.invisible_time_ms, r.queue_offset
     rq, qid, flag, name = r.revive_qid, r.queue_id, r.retry_flag, r.broker_name
     if (
-        type(ck) is int and ck in _JAVA_LONG
-        and type(pop) is int and pop in _JAVA_LONG
-        and type(inv) is int and inv in _JAVA_LONG
-        and type(qoff) is int and qoff in _JAVA_LONG
-        and type(rq) is int and rq in _JAVA_INT
-        and type(qid) is int and qid in _JAVA_INT
-        and type(flag) is RetryFlag
-        and type(name) is str and name and " " not in name
+        type(ck) is type(pop) is type(inv) is type(qoff) is type(rq) is type(qid) is int
+        and type(flag) is RetryFlag and type(name) is str
+        and _LONG_MIN <= ck <= _LONG_MAX and _LONG_MIN <= pop <= _LONG_MAX
+        and _LONG_MIN <= inv <= _LONG_MAX and _LONG_MIN <= qoff <= _LONG_MAX
+        and _INT_MIN <= rq <= _INT_MAX and _INT_MIN <= qid <= _INT_MAX
+        and name and " " not in name
     ):  # fmt: skip
         return f"{ck} {pop} {inv} {rq} {flag:d} {name} {qid} {qoff}"
     return r.encode()

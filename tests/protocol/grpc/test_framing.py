@@ -202,6 +202,16 @@ def test_parse_timeout_rejects(value: str) -> None:
         parse_timeout(value)
 
 
+@settings(max_examples=500)
+@given(st.text(st.sampled_from("0123456789HMSmunsh ٠١²+-.\n"), max_size=11))
+def test_parse_timeout_takes_exactly_the_grammar(value: str) -> None:
+    if TIMEOUT_GRAMMAR.fullmatch(value):
+        assert parse_timeout(value) == int(value[:-1]) * UNIT_SECONDS[value[-1]]
+    else:
+        with pytest.raises(ValueError, match="grpc-timeout"):
+            parse_timeout(value)
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [
