@@ -37,7 +37,7 @@ from broker.pop.reader import REVIVE_QID, PopRequest, PopResult
 from broker.pop.service import PopEngine
 from broker.topics import TopicManager
 from protocol.codes import ResponseCode
-from protocol.errors import BrokerError, ReceiptError
+from protocol.errors import BrokerError, ReceiptError, TrimqError
 from protocol.message import peek_record
 from protocol.naming import is_retry_topic, pop_retry_topic, validate_group
 from protocol.receipt import (
@@ -50,6 +50,9 @@ from protocol.receipt import (
 
 #: A woken pop that found nothing parks again at most this many times (bounded loop).
 MAX_REPARKS = 10_000
+#: One single ack as :meth:`PopService.ack_texts` takes it: group, topic, queue id, queue
+#: offset, receipt text.
+AckText = tuple[str, str, int, int, str]
 #: Group names an ack remembers as valid, at most (see ``PopService._validate_group``).
 _MAX_VALID_GROUPS = 4096
 #: Why a replica refuses pops, acks and changes (docs/design.md §13).
@@ -358,6 +361,46 @@ class PopService:
             raise _not_journaled("ack") from None
         if outcome is not Outcome.OK:
             raise _refuse(outcome, key)
+
+    def ack_texts(self, acks: Sequence[AckText]) -> list[TrimqError | None]:
+        """:meth:`ack_text` of each of ``acks`` (consecutive single acks: a burst of
+        ACK_MESSAGE requests), as one call after another would answer them (None: acked, else
+        the error :meth:`ack_text` raises), with one journal write for all.
+
+        A malformed receipt, a replica, an illegal group name and an ack that finds no
+        message in flight fail only their own ack; a journal that cannot record the write
+        fails every ack that reached it (nothing changed: ``SYSTEM_ERROR``, as :meth:`ack`).
+        """
+        errors: list[TrimqError | None] = [None] * len(acks)
+        todo: list[tuple[int, LeaseKey, int]] = []
+        for i, (group, topic, queue_id, offset, text) in enumerate(acks):
+            try:
+                plain = plain_receipt(text)
+                if plain is None:
+                    receipt = parse_receipt(text)
+                    flag, pop_time = receipt.retry_flag, receipt.pop_time_ms
+                else:
+                    flag, pop_time = plain[4], plain[1]
+                self._refuse_on_replica()
+                self._validate_group(group)
+                key = _key(group, topic, queue_id, offset, flag)
+            except TrimqError as exc:
+                errors[i] = exc
+                continue
+            todo.append((i, key, pop_time))
+        if not todo:
+            return errors
+        try:
+            outcomes = self.engine.ack_each([(k, t) for _, k, t in todo], self.clock.now_ms())
+        except OSError:
+            failed = _not_journaled("ack")
+            for i, _, _ in todo:
+                errors[i] = failed
+            return errors
+        for (i, key, _), outcome in zip(todo, outcomes, strict=True):
+            if outcome is not Outcome.OK:
+                errors[i] = _refuse(outcome, key)
+        return errors
 
     def _validate_group(self, group: str) -> None:
         """:func:`validate_group`, remembering the names it accepted (a pure check: an ack

@@ -266,6 +266,27 @@ class InflightTable:
                 self._apply_ack(key)
         return outcomes
 
+    def ack_each(self, receipts: Sequence[tuple[LeaseKey, int]], now_ms: int) -> list[Outcome]:
+        """Acknowledge ``(key, pop time)`` receipts as as many :meth:`ack` calls one after
+        another would (a second receipt of a message acked earlier in the same call is
+        ``UNKNOWN``), with one journal op: ``ack`` for one, ``acks`` for more."""
+        outcomes: list[Outcome] = []
+        done: list[LeaseKey] = []
+        taken: set[LeaseKey] = set()
+        for key, pop_time in receipts:
+            outcome = Outcome.UNKNOWN if key in taken else self._check(key, pop_time, now_ms)
+            if outcome is Outcome.OK:
+                taken.add(key)
+                done.append(key)
+            outcomes.append(outcome)
+        if len(done) == 1:
+            self._op(["ack", *done[0]])
+        elif done:
+            self._op(["acks", [list(key) for key in done]])
+        for key in done:
+            self._apply_ack(key)
+        return outcomes
+
     def change(
         self, key: LeaseKey, pop_time: int, now_ms: int, invisible_ms: int
     ) -> tuple[Outcome, Lease | None]:

@@ -144,6 +144,17 @@ class PopEngine:
                 self._acked(lease, now_ms)
         return outcomes
 
+    def ack_each(self, receipts: list[tuple[LeaseKey, int]], now_ms: int) -> list[Outcome]:
+        """Acknowledge ``(key, pop time)`` receipts as one :meth:`ack` after another would,
+        in one journal op (:meth:`InflightTable.ack_each`); raises OSError when the journal
+        cannot record it (then nothing changed)."""
+        leases = [self.table.leases.get(key) for key, _ in receipts]
+        outcomes = self.table.ack_each(receipts, now_ms)
+        for lease, outcome in zip(leases, outcomes, strict=True):
+            if lease is not None and outcome is Outcome.OK:
+                self._acked(lease, now_ms)
+        return outcomes
+
     def _acked(self, lease: Lease, now_ms: int) -> None:
         """After an ack: its latency event, and an orderly queue's release."""
         if self.metrics is not None:

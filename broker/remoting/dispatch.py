@@ -12,7 +12,7 @@ anything else is a ``SYSTEM_ERROR`` and is logged.
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Final, Generic, TypeVar
 
 from broker.logs import get_logger
@@ -41,6 +41,12 @@ LATER: Final = Later.LATER
 #: need not, found without waiting, else :data:`LATER` (its :data:`Handler` then runs it
 #: from the start in a task of its own, so the quick one must leave nothing half done).
 QuickHandler = Callable[[Ctx, "Connection", RemotingCommand], RemotingCommand | Later | None]
+#: ``def group(ctx, conn, cmds)``: the replies, in order, of consecutive requests of one code
+#: that one read brought, run together without waiting (one journal write for a burst of
+#: acks); each reply as its handler alone would give it (None: no reply).
+GroupHandler = Callable[
+    [Ctx, "Connection", Sequence[RemotingCommand]], list[RemotingCommand | None]
+]
 
 
 class Registry(Generic[Ctx]):
@@ -55,6 +61,8 @@ class Registry(Generic[Ctx]):
         self.storing: set[int] = set()
         #: Parking codes whose request may be answered at once, by these.
         self.quick: dict[int, QuickHandler[Ctx]] = {}
+        #: Codes whose consecutive requests in one read run together, by these.
+        self.groups: dict[int, GroupHandler[Ctx]] = {}
 
     def register(
         self,
@@ -64,10 +72,12 @@ class Registry(Generic[Ctx]):
         parks: bool = False,
         stores: bool = False,
         quick: QuickHandler[Ctx] | None = None,
+        group: GroupHandler[Ctx] | None = None,
     ) -> None:
         """Serve ``codes`` with ``handler``; ``parks``: it may hold the request (a long
         poll); ``stores``: it waits for durability in SYNC mode; ``quick``: answers a parking
-        request at once when it need not wait (:meth:`answer_now`).
+        request at once when it need not wait (:meth:`answer_now`); ``group``: answers
+        consecutive requests of one code together (:meth:`answer_group`).
 
         Raises:
             ValueError: a code already has another handler (a table with a duplicate row).
@@ -82,6 +92,8 @@ class Registry(Generic[Ctx]):
                 self.storing.add(int(code))
             if quick is not None:
                 self.quick[int(code)] = quick
+            if group is not None:
+                self.groups[int(code)] = group
 
     def may_wait(self, code: int, *, sync: bool) -> bool:
         """Whether a request with ``code`` may wait long enough to need a task of its own."""
@@ -120,6 +132,18 @@ class Registry(Generic[Ctx]):
         if reply is LATER:
             return LATER
         return None if cmd.is_oneway else reply
+
+    def answer_group(
+        self, ctx: Ctx, conn: Connection, cmds: Sequence[RemotingCommand]
+    ) -> list[RemotingCommand | None]:
+        """The replies of ``cmds`` (consecutive requests of one code with a group handler),
+        in order, None for a oneway one; a handler that raises answers every one of them
+        as :meth:`dispatch` answers a handler's error."""
+        try:
+            replies = self.groups[cmds[0].code](ctx, conn, cmds)
+        except Exception as exc:
+            replies = [self._failed(cmd, exc) for cmd in cmds]
+        return [None if cmd.is_oneway else r for cmd, r in zip(cmds, replies, strict=True)]
 
     def _failed(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
         """The reply to a request whose handler raised ``exc`` (called in the ``except``

@@ -32,7 +32,7 @@ scope.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, NoReturn, Protocol, TypeVar
@@ -49,6 +49,7 @@ from protocol.command import RemotingCommand
 from protocol.connection import (
     NEED_DATA,
     Closed,
+    Event,
     Malformed,
     RemotingConnection,
     Request,
@@ -92,6 +93,16 @@ class Dispatcher(Protocol):
     def queue_bound_s(self, code: int) -> float:
         """How long a request with ``code`` may wait in line (read but not yet started)
         before it is answered SYSTEM_BUSY instead of run (math.inf: no bound)."""
+
+    @property
+    def grouped(self) -> frozenset[int]:
+        """Codes whose consecutive requests in one read run together (:meth:`answer_group`)."""
+
+    def answer_group(
+        self, conn: Connection, cmds: Sequence[RemotingCommand]
+    ) -> list[RemotingCommand | None]:
+        """The replies, in order, of consecutive requests of one :attr:`grouped` code (None:
+        no reply), found without waiting."""
 
     @property
     def shortest_queue_bound_s(self) -> float:
@@ -142,6 +153,7 @@ class BoundRegistry(Generic[Ctx]):
         self._send_queue_wait_s = send_queue_wait_s
         self._queue_wait_s = queue_wait_s
         self.shortest_queue_bound_s = min(send_queue_wait_s, queue_wait_s)
+        self.grouped = frozenset(registry.groups) - self._waiting
 
     def dispatch(self, conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand | None]:
         """Run the handler of ``cmd.code`` (errors become error replies), unless the guard
@@ -169,6 +181,21 @@ class BoundRegistry(Generic[Ctx]):
         if self.guard is not None and (refusal := self._refusal(conn, cmd)) is not None:
             return None if cmd.is_oneway else refusal
         return self.registry.answer_now(self.ctx, conn, cmd)
+
+    def answer_group(
+        self, conn: Connection, cmds: Sequence[RemotingCommand]
+    ) -> list[RemotingCommand | None]:
+        """The registry's group handler over those of ``cmds`` the guard lets run; the
+        others get its refusal (as :meth:`dispatch` answers them), in their places."""
+        if self.guard is None:
+            return self.registry.answer_group(self.ctx, conn, cmds)
+        refusals = [self._refusal(conn, cmd) for cmd in cmds]
+        allowed = [cmd for cmd, refusal in zip(cmds, refusals, strict=True) if refusal is None]
+        answers = iter(self.registry.answer_group(self.ctx, conn, allowed) if allowed else [])
+        return [
+            next(answers) if refusal is None else None if cmd.is_oneway else refusal
+            for cmd, refusal in zip(cmds, refusals, strict=True)
+        ]
 
     def queue_bound_s(self, code: int) -> float:
         """``send_queue_wait_s`` for storing codes, ``queue_wait_s`` for the rest."""
@@ -530,13 +557,16 @@ async def _run_requests(
     before it in the same read took that long) is answered SYSTEM_BUSY instead."""
     protocol = conn.protocol
     shortest_bound = dispatcher.shortest_queue_bound_s
+    grouped = dispatcher.grouped
+    after: Event | None = None  # read past a group of requests: handled next
     while True:
         try:
-            event = protocol.next_event()
+            event = protocol.next_event() if after is None else after
         except ProtocolError as exc:
             state.broken_framing += 1
             _log.info("closing connection on bad framing", peer=conn.peer, error=str(exc))
             return False
+        after = None
         if event is NEED_DATA:
             return True
         if type(event) is Request:  # the common case first
@@ -545,6 +575,8 @@ async def _run_requests(
             if waited > shortest_bound and waited > (bound := dispatcher.queue_bound_s(cmd.code)):
                 state.shed += 1
                 _refuse_busy(conn, cmd, _in_line(waited, bound))
+            elif cmd.code in grouped:
+                after = _run_group(dispatcher, state, conn, cmd, received_at)
             elif not dispatcher.may_wait(cmd.code):
                 await _run_inline(dispatcher, state, conn, cmd)
             elif (over := _over_connection_cap(limits, conn)) is not None:
@@ -606,6 +638,47 @@ async def _run_inline(
             conn.hold(encode_reply(conn.protocol, cmd, reply))
     finally:
         state.request_finished()
+
+
+def _run_group(
+    dispatcher: Dispatcher,
+    state: ServerState,
+    conn: Connection,
+    first: RemotingCommand,
+    received_at: float,
+) -> Event | None:
+    """Run ``first`` together with the requests of its code right behind it in what was read
+    (at most ``_MAX_HELD``; one past its queue bound is left for the caller to refuse), in
+    the reader; their replies are held for the burst's write, in order. Returns the event
+    read past them (None: nothing more was complete), which the caller handles next."""
+    protocol = conn.protocol
+    cmds = [first]
+    after: Event | None = None
+    while len(cmds) < _MAX_HELD:  # bounded
+        try:
+            event = protocol.next_event()
+        except ProtocolError:
+            break  # broken framing: the caller's next read raises it again
+        if event is NEED_DATA:
+            break
+        if type(event) is Request and event.command.code == first.code:
+            waited = trio.current_time() - received_at
+            if waited <= dispatcher.queue_bound_s(first.code):
+                cmds.append(event.command)
+                continue
+        after = event
+        break
+    for _ in cmds:
+        state.request_started()
+    try:
+        replies = dispatcher.answer_group(conn, cmds)
+        for cmd, reply in zip(cmds, replies, strict=True):
+            if reply is not None and not cmd.is_oneway and not conn.closed:
+                conn.hold(encode_reply(conn.protocol, cmd, reply))
+    finally:
+        for _ in cmds:
+            state.request_finished()
+    return after
 
 
 def _answer_now(

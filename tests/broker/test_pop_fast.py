@@ -4,6 +4,8 @@ without its field by field checks, pops answered in the reader."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import trio
@@ -14,9 +16,13 @@ from hypothesis import strategies as st
 from broker.core.pop import PopBatch
 from broker.pop.inflight import Lease
 from broker.pop.reader import PopRequest, PopResult
+from broker.remoting.connection import Connection
+from broker.remoting.dispatch import Registry
 from broker.remoting.processors.ack import AckFields, _plain_ack
 from broker.remoting.processors.pop import PopFields, _plain_pop, _response_ext
-from protocol.codes import ResponseCode
+from broker.remoting.server import BoundRegistry
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand, request
 from protocol.errors import FieldError
 from protocol.headers.pop import (
     AckMessageRequestHeader,
@@ -33,11 +39,13 @@ from protocol.receipt import (
     build_order_count_info,
     build_start_offset_info,
 )
+from tests.broker.client import BrokerClient
 from tests.broker.memory import open_memory_broker
-from tests.broker.pop_client import ack, pop
+from tests.broker.pop_client import Popped, ack, pop
 from tests.broker.test_pop import create_topic
 from tests.broker.test_timers import send
 
+Reply = RemotingCommand | None
 VALUES = [None, "", "0", "1", "2", "32", "-1", "-0", "-", "+3", "123456789", "1234567890",
           "-123456789", "-1234567890", "999999999999999999", "9223372036854775808", "x", "٣",
           "true", "false", "TRUE", "TAG", "*"]  # fmt: skip
@@ -212,17 +220,142 @@ async def test_acks_through_the_fast_paths_and_back(
             again = await ack(client, "g", got[0])
             assert again.code == ResponseCode.NO_MESSAGE
             bad = await client.call(
-                200051, {**_ack_ext(got[0].real_topic, got[0]), "extraInfo": "1 2 3"}
+                RequestCode.ACK_MESSAGE,
+                {**_ack_ext(got[0].real_topic, got[0]), "extraInfo": "1 2 3"},
             )
             assert bad.code == ResponseCode.INVALID_PARAMETER
             assert broker.statistics().core.pop.in_flight == 0
 
 
-def _ack_ext(topic: str, p: object) -> dict[str, str]:
-    from tests.broker.pop_client import Popped
-
-    assert isinstance(p, Popped)
+def _ack_ext(topic: str, p: Popped) -> dict[str, str]:
     return AckMessageRequestHeader(
         consumer_group="g", topic=topic, queue_id=p.msg.queue_id,
         extra_info=p.receipt.encode(), offset=p.msg.queue_offset,
     ).to_ext()  # fmt: skip
+
+
+# ------------------------------------------------------------------ a burst of acks together
+def _ack_cmd(group: str, topic: str, queue_id: int, offset: int, receipt: str) -> RemotingCommand:
+    ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
+           "offset": str(offset), "extraInfo": receipt}  # fmt: skip
+    return request(RequestCode.ACK_MESSAGE, 0, ext)
+
+
+async def _burst(client: BrokerClient, cmds: list[RemotingCommand]) -> list[RemotingCommand]:
+    """``cmds`` written in one write (one read of the broker's), their replies in order."""
+    sent = [client.protocol.send_request(cmd) for cmd in cmds]
+    await client.send_raw(b"".join(data for _, data in sent))
+    return [await client.reply(opaque) for opaque, _ in sent]
+
+
+def _script(got: list[Popped]) -> list[RemotingCommand]:
+    """Acks of every kind one read may bring: fine ones, a second ack of the same message, a
+    stale pop time, an unknown offset, a malformed receipt, a header missing a field, an
+    illegal group name."""
+    p0, p1, p2, p3 = got[:4]
+    stale = dataclasses.replace(p2.receipt, pop_time_ms=p2.receipt.pop_time_ms - 1)
+    return [
+        _ack_cmd("g", "T", p0.msg.queue_id, p0.msg.queue_offset, p0.receipt.encode()),
+        _ack_cmd("g", "T", p1.msg.queue_id, p1.msg.queue_offset, p1.receipt.encode()),
+        _ack_cmd("g", "T", p0.msg.queue_id, p0.msg.queue_offset, p0.receipt.encode()),
+        _ack_cmd("g", "T", p2.msg.queue_id, p2.msg.queue_offset, stale.encode()),
+        _ack_cmd("g", "T", p2.msg.queue_id, 999, p2.receipt.encode()),
+        _ack_cmd("g", "T", p2.msg.queue_id, p2.msg.queue_offset, "0 1 2"),
+        request(RequestCode.ACK_MESSAGE, 0, {"consumerGroup": "g", "topic": "T"}),
+        _ack_cmd("bad group!", "T", p3.msg.queue_id, p3.msg.queue_offset, p3.receipt.encode()),
+        _ack_cmd("g", "T", p3.msg.queue_id, p3.msg.queue_offset, p3.receipt.encode()),
+        _ack_cmd("g", "T", p2.msg.queue_id, p2.msg.queue_offset, p2.receipt.encode()),
+    ]
+
+
+async def test_a_burst_of_acks_is_answered_as_one_ack_after_another_in_one_journal_write(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The same acks, on two brokers in the same state: in one write (one read, one group:
+    one journal write) and one at a time. Every reply (code and remark) and what is left in
+    flight are the same."""
+    answers: list[list[tuple[int, str | None]]] = []
+    for mode in ("burst", "one by one"):
+        with trio.fail_after(30):
+            async with open_memory_broker(tmp_path / mode) as broker, broker.connect() as c:
+                await create_topic(c, "T", queues=1)
+                for i in range(5):
+                    await send(c, "T", f"m{i}".encode())
+                reply, got = await pop(c, "g", "T")
+                assert reply.code == ResponseCode.SUCCESS and len(got) == 5
+                journal = broker.broker.pops.engine.journal
+                appended = journal.appended
+                cmds = _script(got)
+                if mode == "burst":
+                    replies = await _burst(c, cmds)
+                    assert journal.appended == appended + 1
+                else:
+                    replies = [await c.request(cmd) for cmd in cmds]
+                answers.append([(r.code, r.remark) for r in replies])
+                assert broker.statistics().core.pop.in_flight == 1
+    assert answers[0] == answers[1]
+    codes = [code for code, _ in answers[0]]
+    ok, gone, bad = ResponseCode.SUCCESS, ResponseCode.NO_MESSAGE, ResponseCode.INVALID_PARAMETER
+    assert codes == [ok, ok, gone, gone, gone, bad, bad, bad, ok, ok]
+
+
+async def test_a_burst_of_acks_the_journal_cannot_record_fails_whole(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A journal write that fails fails every ack of the burst that reached it (SYSTEM_ERROR,
+    nothing acked, as a single ack); the same acks succeed once the journal writes again."""
+    with trio.fail_after(30):
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
+            await create_topic(client, "T", queues=1)
+            for i in range(3):
+                await send(client, "T", f"m{i}".encode())
+            _, got = await pop(client, "g", "T")
+            table = broker.broker.pops.engine.table
+            write = table.on_op
+
+            def full(op: object) -> None:
+                raise OSError(28, "No space left on device")
+
+            cmds = [
+                _ack_cmd("g", "T", p.msg.queue_id, p.msg.queue_offset, p.receipt.encode())
+                for p in got
+            ]
+            table.on_op = full
+            replies = await _burst(client, cmds)
+            assert [r.code for r in replies] == [ResponseCode.SYSTEM_ERROR] * 3
+            assert all("not recorded" in (r.remark or "") for r in replies)
+            assert broker.statistics().core.pop.in_flight == 3
+            table.on_op = write
+            replies = await _burst(client, cmds)
+            assert [r.code for r in replies] == [ResponseCode.SUCCESS] * 3
+            assert broker.statistics().core.pop.in_flight == 0
+
+
+async def test_a_guarded_group_runs_what_the_guard_lets_through_in_order() -> None:
+    """With ACL on, the guard refuses requests of a group one by one (in their places, a
+    oneway one unanswered); the group handler sees only the others, in order."""
+    seen: list[int] = []
+
+    def group(ctx: None, conn: Connection, cmds: Sequence[RemotingCommand]) -> list[Reply]:
+        seen.extend(cmd.opaque for cmd in cmds)
+        return [cmd.response(remark="ran") for cmd in cmds]
+
+    async def handler(ctx: None, conn: Connection, cmd: RemotingCommand) -> Reply:
+        raise AssertionError("the group handler answers")
+
+    def guard(peer: str, cmd: RemotingCommand) -> RemotingCommand | None:
+        return cmd.response(ResponseCode.NO_PERMISSION, "no") if cmd.opaque % 3 == 0 else None
+
+    registry: Registry[None] = Registry("test")
+    registry.register([RequestCode.ACK_MESSAGE], handler, group=group)
+    bound = BoundRegistry(registry, None, guard=guard)
+    assert bound.grouped == {RequestCode.ACK_MESSAGE}
+    send, _ = trio.open_memory_channel[bytes](1)
+    conn = Connection("peer", send)
+    cmds = [request(RequestCode.ACK_MESSAGE, n, {}) for n in range(1, 8)]
+    cmds[5] = request(RequestCode.ACK_MESSAGE, 6, {}, oneway=True)
+    replies = bound.answer_group(conn, cmds)
+    assert seen == [1, 2, 4, 5, 7]
+    assert [r.remark if r else None for r in replies] == [
+        "ran", "ran", "no", "ran", "ran", None, "ran"
+    ]  # fmt: skip

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import msgpack
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -764,3 +764,46 @@ PopTableMachine.TestCase.settings = settings(
     max_examples=100, stateful_step_count=40, deadline=None
 )
 TestPopTableMachine = PopTableMachine.TestCase
+
+
+# ------------------------------------------------------------------ acks of one read together
+RECEIPTS = st.lists(
+    st.tuples(st.integers(0, 5), st.sampled_from([1_000, 999, 1_001]), st.booleans()),
+    max_size=12,
+)
+
+
+@settings(max_examples=300)
+@given(RECEIPTS, st.sampled_from([1_500, 2_000, 2_500]))
+def test_ack_each_is_one_ack_after_another_in_one_op(
+    acks: list[tuple[int, int, bool]], now: int
+) -> None:
+    """``ack_each`` gives the outcomes and the state of one ``ack`` after another (a second
+    receipt of a message acked earlier in the call is UNKNOWN), with one journal op that
+    replays to the same table; a failing journal leaves the table as it was."""
+    receipts = [(key(offset, queue_id=int(other)), pop_time) for offset, pop_time, other in acks]
+
+    def fresh() -> tuple[InflightTable, list[Op]]:
+        table, ops = recording()
+        table.popped([lease(o, invisible_ms=1_000 + 500 * o) for o in range(4)])
+        table.popped([lease(o, queue_id=1) for o in range(2)])
+        ops.clear()
+        return table, ops
+
+    one_by_one, _ = fresh()
+    expected = [one_by_one.ack(k, t, now) for k, t in receipts]
+    grouped, ops = fresh()
+    before = persistent(grouped)
+    assert grouped.ack_each(receipts, now) == expected
+    assert observe(grouped) == observe(one_by_one)
+    acked = expected.count(Outcome.OK)
+    assert len(ops) == (1 if acked else 0)
+    if acked == 1:
+        assert ops[0][0] == "ack"
+    assert persistent(rebuild(before, ops)) == persistent(grouped)
+    failing, _ = fresh()
+    failing.on_op = refuse
+    if acked:
+        with pytest.raises(OSError, match="No space"):
+            failing.ack_each(receipts, now)
+    assert persistent(failing) == before

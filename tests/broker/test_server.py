@@ -13,7 +13,7 @@ import json
 import math
 import struct
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -717,6 +717,13 @@ class FakeDispatcher:
 
     def answer_now(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Later | None:
         return LATER
+
+    grouped: frozenset[int] = frozenset()
+
+    def answer_group(
+        self, conn: Connection, cmds: Sequence[RemotingCommand]
+    ) -> list[RemotingCommand | None]:
+        raise AssertionError("no grouped codes")
 
     def queue_bound_s(self, code: int) -> float:
         return self.shortest_queue_bound_s

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from broker.acl import AclGuard
 from broker.core.broker import Broker
 from broker.remoting.context import BrokerContext
-from broker.remoting.dispatch import Handler, QuickHandler, Registry
+from broker.remoting.dispatch import GroupHandler, Handler, QuickHandler, Registry
 from broker.remoting.processors import (
     ack,
     admin,
@@ -44,11 +44,13 @@ class Entry:
     stores: bool = False
     #: Answers a request that ``parks`` at once when it need not wait (in the reader).
     quick: QuickHandler[BrokerContext] | None = None
+    #: Answers consecutive requests of its code in one read together (in the reader).
+    group: GroupHandler[BrokerContext] | None = None
 
 
 #: Every request code the broker serves.
 TABLE: tuple[Entry, ...] = (
-    Entry((RequestCode.ACK_MESSAGE,), ack.ack_message),
+    Entry((RequestCode.ACK_MESSAGE,), ack.ack_message, group=ack.ack_messages),
     Entry((RequestCode.BATCH_ACK_MESSAGE,), ack.batch_ack_message),
     Entry((RequestCode.CHANGE_MESSAGE_INVISIBLETIME,), ack.change_invisible_time),
     Entry((RequestCode.UPDATE_AND_CREATE_TOPIC,), admin.create_topic),
@@ -108,7 +110,12 @@ def build_registry() -> Registry[BrokerContext]:
     registry: Registry[BrokerContext] = Registry("broker")
     for entry in TABLE:
         registry.register(
-            entry.codes, entry.handler, parks=entry.parks, stores=entry.stores, quick=entry.quick
+            entry.codes,
+            entry.handler,
+            parks=entry.parks,
+            stores=entry.stores,
+            quick=entry.quick,
+            group=entry.group,
         )
     return registry
 

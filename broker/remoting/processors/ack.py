@@ -6,7 +6,7 @@ refusal to ``AckStatus.NO_EXIST``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from broker.core.pop import lease_key, parse_receipt
 from broker.pop.inflight import LeaseKey, Outcome
@@ -14,6 +14,7 @@ from broker.remoting.connection import Connection
 from broker.remoting.context import BrokerContext
 from protocol.bodies.ack import BatchAckMessageRequestBody
 from protocol.command import RemotingCommand
+from protocol.errors import TrimqError
 from protocol.headers.pop import (
     AckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
@@ -32,6 +33,34 @@ async def ack_message(
     # An empty dict, not the default empty mapping: the header is then written by formatting
     # (protocol.header_codec's plain path), the same bytes as the json module's.
     return cmd.response(ext_fields={})
+
+
+def ack_messages(
+    ctx: BrokerContext, conn: Connection, cmds: Sequence[RemotingCommand]
+) -> list[RemotingCommand | None]:
+    """Acknowledge the messages of consecutive ACK_MESSAGE requests of one read, each
+    answered as :func:`ack_message` answers it alone, with one journal write for all before
+    any reply leaves (:meth:`broker.core.pop.PopService.ack_texts`)."""
+    replies: list[RemotingCommand | None] = [None] * len(cmds)
+    acks: list[AckFields] = []
+    at: list[int] = []
+    for i, cmd in enumerate(cmds):
+        try:
+            acks.append(ack_fields(cmd.ext_fields))
+        except TrimqError as exc:
+            replies[i] = _error(cmd, exc)
+            continue
+        at.append(i)
+    for i, error in zip(at, ctx.broker.pops.ack_texts(acks), strict=True):
+        cmd = cmds[i]
+        replies[i] = cmd.response(ext_fields={}) if error is None else _error(cmd, error)
+    return replies
+
+
+def _error(cmd: RemotingCommand, exc: TrimqError) -> RemotingCommand:
+    """The reply :meth:`broker.remoting.dispatch.Registry.dispatch` gives a handler that
+    raised ``exc``."""
+    return cmd.response(exc.code, str(exc))
 
 
 AckFields = tuple[str, str, int, int, str]  #: group, topic, queue id, offset, receipt text
