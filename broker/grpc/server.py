@@ -187,6 +187,8 @@ class _Link:
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
         # Woken after every read: the peer's window updates arrive that way.
         self._window = trio.Event()
+        #: Calls waiting on ``_window`` (none: a read need not make a new Event).
+        self._window_waiters = 0
         self._out: list[bytes] = []
         self._queued = 0  # bytes handed to the writer, in total
         self._written = 0  # bytes the writer wrote, in total
@@ -317,15 +319,20 @@ class _Link:
 
     def windows_changed(self) -> None:
         """Bytes were read: wake the calls waiting for a window."""
-        self._window.set()
-        self._window = trio.Event()
+        if self._window_waiters:
+            self._window.set()
+            self._window = trio.Event()
 
     async def wait_writable(self, stream_id: int, high_water: int = _HIGH_WATER) -> None:
         """Wait until the call's queued bytes fit under ``high_water``."""
         for _ in range(1 << 30):  # bounded; each round waits for a read
             if self.protocol.unsent(stream_id) <= high_water:
                 return
-            await self._window.wait()
+            self._window_waiters += 1
+            try:
+                await self._window.wait()
+            finally:
+                self._window_waiters -= 1
 
 
 @dataclass(eq=False)

@@ -136,7 +136,7 @@ class _Stream:
     #: The client sent END_STREAM (or the call was refused while it was still sending).
     remote_closed: bool = False
     #: Response bytes the windows did not allow yet, oldest first.
-    pending: deque[memoryview] = field(default_factory=deque)
+    pending: deque[bytes | memoryview] = field(default_factory=deque)
     unsent: int = 0
     headers_sent: bool = False
     #: Trailers block to send once ``pending`` is empty; set when the call ends.
@@ -156,7 +156,9 @@ class GrpcConnection:
         self._streams: dict[int, _Stream] = {}
         #: Streams with messages queued since the last data_to_send.
         self._dirty: set[int] = set()
-        self._out: list[bytes] = []
+        #: Frames and pieces of frames to write, in order (a split message's pieces are
+        #: views of it).
+        self._out: list[bytes | memoryview] = []
         self._buf = bytearray()
         self._preface_left = len(http2.CONNECTION_PREFACE)
         self._seen_settings = False
@@ -200,7 +202,9 @@ class GrpcConnection:
                     self._pump(sid, stream)
         self._dirty.clear()
         out, self._out = self._out, []
-        return out[0] if len(out) == 1 else b"".join(out)
+        if len(out) == 1 and type(out[0]) is bytes:
+            return out[0]
+        return b"".join(out)
 
     @property
     def open_calls(self) -> int:
@@ -537,7 +541,7 @@ class GrpcConnection:
             return  # the call is over (reset by the client), or the connection: nothing to send
         self._start(stream_id, stream)
         data = encode_message(payload)
-        stream.pending.append(memoryview(data))
+        stream.pending.append(data)
         stream.unsent += len(data)
         self._dirty.add(stream_id)  # pumped by data_to_send (or end_call), with the others
 
@@ -553,7 +557,7 @@ class GrpcConnection:
         try:  # ``payloads`` may fail midway: what it gave before is queued and counted
             for payload in payloads:
                 data = encode_message(payload)
-                pending.append(memoryview(data))
+                pending.append(data)
                 size += len(data)
         finally:
             stream.unsent += size
@@ -607,20 +611,21 @@ class GrpcConnection:
             room = min(self._send_window, stream.send_window, self._peer_max_frame)
             if room <= 0:
                 return
-            parts: list[memoryview] = []
+            parts: list[bytes | memoryview] = []
             size = 0
             while pending and size < room:  # as many queued messages as one frame holds
                 chunk = pending[0]
                 take = room - size
                 if len(chunk) <= take:
                     pending.popleft()
-                else:
-                    pending[0] = chunk[take:]
-                    chunk = chunk[:take]
+                else:  # split (no copy): the rest waits for the window
+                    view = memoryview(chunk)
+                    pending[0] = view[take:]
+                    chunk = view[:take]
                 parts.append(chunk)
                 size += len(chunk)
             out.append(http2.frame_header(FrameType.DATA, 0, sid, size))
-            out.extend(bytes(p) for p in parts)
+            out += parts
             self._send_window -= size
             stream.send_window -= size
             stream.unsent -= size
