@@ -30,12 +30,18 @@ and are used in turn, round by round (the order alternating), so both see the sa
 The derived ``ack`` row is (CPU of receive_ack − receive_only's CPU per message × messages)
 / acks: the cost of one AckMessage call.
 
+``--baseline-root CHECKOUT`` runs a second trimq, the broker of another checkout (``base``),
+side by side in the same run: the three servers take turns round by round (the order
+rotating), and the report adds trimq's CPU against base's, round by round. On a shared
+machine that is a fairer before/after than separate runs, whose noise differs.
+
 ``--profile FILE`` then records trimq under ``--profile-workloads`` (default ``send_sync``)
 with py-spy (``--py-spy``, raw format, 200 Hz, ``--profile-seconds``) into
 ``FILE.<workload>.txt`` and prints the top self and inclusive costs.
 
 Usage: python -m benchmarks.bench_grpc [--rounds 5] [--n-sync 2000] [--n-async 6000]
     [--n-recv 3008] [--profile /tmp/grpc-profile [--profile-gil]] [--broker-root CHECKOUT]
+    [--baseline-root OTHER_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -70,7 +76,7 @@ CLIENT_SCRIPT = ROOT / "benchmarks" / "grpc_bench_client.py"
 NULL_SCRIPT = ROOT / "benchmarks" / "grpc_null_server.py"
 PY_SPY = Path("/tmp/pyspy/bin/py-spy")
 WORKLOADS = ("send_sync", "send_async", "receive_ack", "receive_only")
-TARGETS = ("trimq", "null")
+TARGETS = ("trimq", "base", "null")
 STARTUP_TIMEOUT = 60.0
 #: Aims of the issue, µs of server CPU.
 AIM_UNARY_US = 250.0
@@ -131,13 +137,15 @@ def wait_for_line(path: Path, proc: subprocess.Popen[Any], marker: str) -> dict[
 
 
 @contextmanager
-def trimq_server(work: Path, root: Path | None = None) -> Iterator[tuple[int, int, int]]:
+def trimq_server(
+    work: Path, root: Path | None = None, name: str = "broker"
+) -> Iterator[tuple[int, int, int]]:
     """``python -m broker`` (of checkout ``root``, default this one) on 127.0.0.1 with free
-    Remoting and gRPC ports and a data dir in ``work``; yields (pid, port, grpc_port) from its
-    started line; stopped by pid."""
-    log_path = work / "broker.log"
+    Remoting and gRPC ports and a data dir in ``work`` (``name``-data, its log ``name``.log);
+    yields (pid, port, grpc_port) from its started line; stopped by pid."""
+    log_path = work / f"{name}.log"
     argv = [sys.executable, "-m", "broker", "--host", "127.0.0.1", "--port", "0"]
-    argv += ["--grpc-port", "0", "--data-dir", str(work / "broker-data")]
+    argv += ["--grpc-port", "0", "--data-dir", str(work / f"{name}-data")]
     env = {**os.environ, "TRIMQ_SEGMENT_SIZE": str(256 * 1024 * 1024)}
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, cwd=root or ROOT, env=env, stdout=log, stderr=log)
@@ -238,6 +246,8 @@ class Target:
     name: str
     pid: int
     endpoint: str
+    #: A trimq's Remoting port (receive topics are pre-filled through it); None for null.
+    remoting_port: int | None = None
 
 
 def run_session(
@@ -337,6 +347,8 @@ def print_report(rows: list[dict[str, Any]], workloads: Sequence[str]) -> None:
             f"| {median_of(t, 'client_us_per_msg'):.0f} / {median_of(n, 'client_us_per_msg'):.0f} "
             f"| {median_of(t, 'server_cores'):.2f} ({median_of(t, 'server_sys_share'):.0%}) |"
         )
+    if any(r["target"] == "base" for r in rows):
+        print_baseline(rows, workloads)
     for target in TARGETS:
         acks = ack_call_us([r for r in rows if r["target"] == target])
         if acks:
@@ -353,6 +365,37 @@ def print_report(rows: list[dict[str, Any]], workloads: Sequence[str]) -> None:
     for wl in workloads:
         ratio = median_of(sel("trimq", wl), "msgs_per_s") / median_of(sel("null", wl), "msgs_per_s")
         print(f"aim: client-bound {wl}: trimq/null {ratio:.2f}")
+
+
+def print_baseline(rows: list[dict[str, Any]], workloads: Sequence[str]) -> None:
+    """trimq against the baseline checkout's broker of the same run: server CPU per message
+    round by round, and the ratio of the two in each round (they ran next to each other)."""
+    by_key = {(r["target"], r["workload"], int(r["round"])): r for r in rows}
+    print()
+    print("| workload | trimq server CPU µs/msg (rounds) | base server CPU µs/msg (rounds) "
+          "| trimq / base, per round | median trimq / base | trimq / null "
+          "| base / null |")  # fmt: skip
+    print("|---|---|---|---|---:|---:|---:|")
+    for wl in workloads:
+        rounds = sorted({k[2] for k in by_key if k[1] == wl})
+        cpu = {
+            t: [by_key[(t, wl, n)]["server_us_per_msg"] for n in rounds if (t, wl, n) in by_key]
+            for t in TARGETS
+        }
+        paired = [
+            by_key[("trimq", wl, n)]["server_us_per_msg"]
+            / by_key[("base", wl, n)]["server_us_per_msg"]
+            for n in rounds
+            if ("trimq", wl, n) in by_key and ("base", wl, n) in by_key
+        ]
+        med = {t: statistics.median(v) if v else float("nan") for t, v in cpu.items()}
+        print(
+            f"| {wl} | {med['trimq']:.0f} ({fmt_runs(cpu['trimq'])}) "
+            f"| {med['base']:.0f} ({fmt_runs(cpu['base'])}) "
+            f"| {', '.join(f'{x:.2f}' for x in paired)} "
+            f"| {statistics.median(paired) if paired else float('nan'):.2f} "
+            f"| {med['trimq'] / med['null']:.2f} | {med['base'] / med['null']:.2f} |"
+        )
 
 
 # ---------------------------------------------------------------- profile
@@ -428,6 +471,12 @@ def main() -> None:
         default=None,
         help="run the broker of this checkout (e.g. a clean git worktree)",
     )
+    ap.add_argument(
+        "--baseline-root",
+        type=Path,
+        default=None,
+        help="also run this checkout's broker ('base') in the same run, in turn with the others",
+    )
     ap.add_argument("--profile", type=Path, default=None, help="py-spy output prefix")
     ap.add_argument("--profile-workloads", default="send_sync")
     ap.add_argument("--profile-seconds", type=int, default=10)
@@ -458,17 +507,22 @@ def main() -> None:
         pid, port, grpc_port = stack.enter_context(trimq_server(work, args.broker_root))
         null_pid, null_port = stack.enter_context(null_server(python, env, work, args.size))
         targets = {
-            "trimq": Target("trimq", pid, f"127.0.0.1:{grpc_port}"),
+            "trimq": Target("trimq", pid, f"127.0.0.1:{grpc_port}", port),
             "null": Target("null", null_pid, f"127.0.0.1:{null_port}"),
         }
+        if args.baseline_root is not None:
+            base = stack.enter_context(trimq_server(work, args.baseline_root, "base"))
+            targets["base"] = Target("base", base[0], f"127.0.0.1:{base[2]}", base[1])
+            print(f"base: {args.baseline_root}, pid {base[0]} grpc {base[2]}", flush=True)
         print(f"trimq pid {pid} grpc {grpc_port} (remoting {port}); null server pid {null_pid} "
               f"port {null_port}; client {python}; loadavg {loadavg()}", flush=True)  # fmt: skip
-        idle0 = proc_cpu_seconds(pid), proc_cpu_seconds(null_pid)
+        idle0 = {name: proc_cpu_seconds(t.pid) for name, t in targets.items()}
         time.sleep(IDLE_SECONDS)
-        idle1 = proc_cpu_seconds(pid), proc_cpu_seconds(null_pid)
-        print(f"idle for {IDLE_SECONDS:.0f} s: trimq {(idle1[0] - idle0[0]) / IDLE_SECONDS:.3f} "
-              f"cores, null server {(idle1[1] - idle0[1]) / IDLE_SECONDS:.3f} cores",
-              flush=True)  # fmt: skip
+        idle1 = {name: proc_cpu_seconds(t.pid) for name, t in targets.items()}
+        idle = ", ".join(
+            f"{name} {(idle1[name] - idle0[name]) / IDLE_SECONDS:.3f} cores" for name in targets
+        )
+        print(f"idle for {IDLE_SECONDS:.0f} s: {idle}", flush=True)
         common = ["--size", str(args.size), "--n-sync", str(args.n_sync)]
         common += ["--n-async", str(args.n_async), "--window", str(args.window)]
         common += ["--n-recv", str(args.n_recv), "--max-seconds", str(args.max_seconds)]
@@ -476,14 +530,17 @@ def main() -> None:
         receives = {"receive_ack", "receive_only"} & set(workloads)
         rows: list[dict[str, Any]] = []
         t_start = time.monotonic()
+        names = [name for name in TARGETS if name in targets]
         for rnd in range(args.rounds):
-            order = TARGETS if rnd % 2 == 0 else TARGETS[::-1]
+            # Each server in turn; the order rotates (two servers: alternates) round by round.
+            shift = rnd % len(names)
+            order = names[shift:] + names[:shift]
             for name in order:
                 target = targets[name]
                 topic, recv_topic = f"bg_send_r{rnd}", f"bg_recv_r{rnd}"
-                if name == "trimq" and receives:
-                    anyio.run(prefill, f"127.0.0.1:{port}", recv_topic, args.n_recv + 64,
-                              args.size)  # fmt: skip
+                if target.remoting_port is not None and receives:
+                    anyio.run(prefill, f"127.0.0.1:{target.remoting_port}", recv_topic,
+                              args.n_recv + 64, args.size)  # fmt: skip
                 client_args = [*common, "--endpoint", target.endpoint, "--topic", topic]
                 client_args += ["--recv-topic", recv_topic, "--group", f"bg_r{rnd}"]
                 session = run_session(python, env, work, target, client_args, workloads, timeout)
