@@ -185,6 +185,9 @@ class _Link:
         #: A plain TCP connection's socket, read and written with single non-blocking
         #: syscalls (:meth:`receive`, :meth:`take`); None for TLS and memory streams.
         self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
+        #: The last read took less than it asked for: the next one waits for readability
+        #: first (:meth:`receive`).
+        self._drained = False
         # Woken after every read: the peer's window updates arrive that way.
         self._window = trio.Event()
         #: Calls waiting on ``_window`` (none: a read need not make a new Event).
@@ -242,12 +245,20 @@ class _Link:
         only when it has nothing: trio's ``recv`` would also yield after every read that
         found data, which for a read that already waited is a second scheduler pass per
         call. A read that did not wait still yields once (others get their turn, as
-        before)."""
+        before). After a read that took less than it asked for, the socket most likely
+        has nothing left (a client waiting for its answer): the next read waits for
+        readability first instead of finding out with a failed read (~2 µs per call); if
+        bytes came meanwhile, the wait returns at the next scheduler pass."""
         sock = self._socket
         if sock is None:
             return await self.stream.receive_some(RECEIVE_SIZE)
-        await trio.lowlevel.checkpoint_if_cancelled()
-        waited = False
+        waited = self._drained
+        if waited:
+            if sock.fileno() < 0:
+                raise trio.ClosedResourceError("the socket was closed")
+            await trio.lowlevel.wait_readable(sock)
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()
         while True:  # bounded: each round but the last waits until the socket is readable
             fd = sock.fileno()
             if fd < 0:
@@ -260,6 +271,7 @@ class _Link:
                 continue
             except OSError as exc:
                 raise trio.BrokenResourceError(f"read failed: {exc}") from exc
+            self._drained = len(data) < RECEIVE_SIZE
             if not waited:  # shielded: the bytes are read, they must not be lost
                 await trio.lowlevel.cancel_shielded_checkpoint()
             return data

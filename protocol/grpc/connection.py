@@ -34,6 +34,7 @@ that stream (RST_STREAM) and end its call as :class:`CallReset`.
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ from protocol.grpc.framing import (
 from protocol.grpc.hpack import HpackDecoder, HpackError
 from protocol.grpc.http2 import ErrorCode, Flag, FrameType, Setting
 
+#: A gRPC message's prefix: compressed flag, length (:mod:`protocol.grpc.framing`).
+_MESSAGE_PREFIX: Final = struct.Struct(">BI")
 #: Largest message accepted in a request (the proxy's ``maxMessageSize`` is 4 MiB for a body;
 #: a request carries a little more).
 DEFAULT_MAX_MESSAGE_SIZE: Final = 4 * 1024 * 1024 + 64 * 1024
@@ -321,9 +324,20 @@ class GrpcConnection:
                 stream.recv_window += stream.unacked
                 stream.unacked = 0
         if stream.trailers is None:
+            decoder = stream.decoder
+            if decoder.at_boundary and len(payload) >= 5:
+                # The usual request: one whole uncompressed message in one frame, nothing
+                # buffered before it. Taken as is (what the decoder would give); anything
+                # else goes through the decoder, with its errors.
+                flag, size = _MESSAGE_PREFIX.unpack_from(payload)
+                if not flag and size == len(payload) - 5 and size <= decoder.max_message_size:
+                    out.append(CallMessage(sid, payload[5:]))
+                    if end_stream:
+                        self._remote_end(sid, out)
+                    return
             try:
-                stream.decoder.receive_data(payload)
-                while (message := stream.decoder.next_message()) is not None:
+                decoder.receive_data(payload)
+                while (message := decoder.next_message()) is not None:
                     out.append(CallMessage(sid, message))
             except GrpcFramingError as exc:
                 self._fail(sid, exc.status, exc.message, out)

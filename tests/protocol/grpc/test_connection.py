@@ -229,6 +229,30 @@ def test_request_split_across_many_reads() -> None:
     ]
 
 
+def test_messages_a_frame_each_or_together_are_the_same_events() -> None:
+    # One whole message per DATA frame is taken without the message decoder; a frame with
+    # two messages, or one message across frames, goes through it: the same events.
+    messages = [b"first", b"", b"x" * 300, b"last"]
+    pair = Pair()
+    sid = pair.client.get_next_available_stream_id()
+    pair.client.send_headers(sid, request_headers())
+    for m in messages:
+        pair.client.send_data(sid, frame(m))
+    pair.client.end_stream(sid)
+    one_each = pair.to_server()
+    sid2 = pair.request(*messages)  # all in one frame
+    together = pair.to_server()
+    expected = [CallMessage(sid, m) for m in messages] + [CallHalfClosed(sid)]
+    assert one_each[1:] == expected
+    assert together[1:] == [CallMessage(sid2, m) for m in messages] + [CallHalfClosed(sid2)]
+    sid3 = pair.client.get_next_available_stream_id()
+    pair.client.send_headers(sid3, request_headers())
+    wire = frame(b"split me")
+    pair.client.send_data(sid3, wire[:7])
+    pair.client.send_data(sid3, wire[7:], end_stream=True)
+    assert pair.to_server()[1:] == [CallMessage(sid3, b"split me"), CallHalfClosed(sid3)]
+
+
 def test_server_streaming_messages_then_trailers() -> None:
     pair = Pair()
     sid = pair.request(b"receive")
