@@ -22,6 +22,8 @@ def varint(n: int) -> bytes:
     complement: ten bytes, as protobuf writes it)."""
     if 0 <= n < 128:
         return VARINT1[n]
+    if 0 < n < 0x4000:  # two octets: lengths of most messages, small offsets
+        return bytes((n & 0x7F | 0x80, n >> 7))
     if n < 0:
         n &= 0xFFFF_FFFF_FFFF_FFFF
     out = bytearray()

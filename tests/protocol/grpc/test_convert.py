@@ -25,6 +25,7 @@ from protocol.grpc.convert import (
     properties_of,
     to_message,
 )
+from protocol.grpc.wire import varint
 from protocol.message import MessageExt, encode_record
 from protocol.receipt import ExtraInfo, RetryFlag
 
@@ -349,3 +350,11 @@ def test_a_record_with_trailing_bytes_is_delivered_as_decoding_reads_it() -> Non
     record = encode_record(_plain_record()) + b"junk"
     assert _response_bytes(record, _RECEIPT, 30_000) is None
     _same_response(record, _RECEIPT, 30_000)
+
+
+@settings(max_examples=500)
+@given(st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(0, 2**16)))
+def test_varints_are_protobufs(n: int) -> None:
+    message = schema.SystemProperties()
+    message.queue_offset = n  # field 14, int64: key 0x70, then the varint
+    assert message.SerializeToString() == b"\x70" + varint(n)
