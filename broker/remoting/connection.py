@@ -21,12 +21,13 @@ moment it becomes true: a graceful stop waits for that instead of polling.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import trio
 
 from broker.logs import get_logger
+from broker.sockio import send_now
 from protocol.codes import ResponseCode
 from protocol.command import FLAG_RESPONSE, RemotingCommand
 from protocol.connection import RemotingConnection, Role
@@ -75,6 +76,9 @@ class Connection:
     reading: bool = False
     #: Replies held by the reader for its next :meth:`flush`.
     held: list[bytes] = field(default_factory=list)
+    #: A plain TCP stream's socket, written with one non-blocking syscall before falling
+    #: back to ``send_all`` (:mod:`broker.sockio`); None for TLS and memory streams.
+    sock: trio.socket.SocketType | None = None
 
     @property
     def max_frame_size(self) -> int:
@@ -113,7 +117,7 @@ class Connection:
         self.held = []
         try:
             if self.stream is not None and not self.closed:
-                await _send_locked(self.write_lock, self.stream, held)
+                await _send_locked(self.write_lock, self.stream, held, self.sock)
         finally:
             self.written(len(held), sum(map(len, held)))
 
@@ -163,7 +167,7 @@ class Connection:
             # writing (both hold unsent frames while they do); the lock still orders us
             # before anything queued while our send_all blocks.
             if self.unsent == 1 and self.stream is not None:
-                await _send_locked(self.write_lock, self.stream, [data])
+                await _send_locked(self.write_lock, self.stream, [data], self.sock)
             else:
                 await self.send_channel.send(data)
                 queued = True
@@ -211,13 +215,16 @@ async def run_writer(
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
             try:
-                await _send_locked(conn.write_lock, stream, frames)
+                await _send_locked(conn.write_lock, stream, frames, conn.sock)
             finally:
                 conn.written(len(frames), sum(map(len, frames)))
 
 
 async def _send_locked(
-    lock: trio.StrictFIFOLock, stream: trio.abc.SendStream, frames: list[bytes]
+    lock: trio.StrictFIFOLock,
+    stream: trio.abc.SendStream,
+    frames: list[bytes],
+    sock: trio.socket.SocketType | None,
 ) -> None:
     """:func:`_send_frames` holding ``lock``. A free lock is taken without ``acquire``'s
     scheduling round (``async with lock`` yields once even when nobody holds it): with one
@@ -228,24 +235,35 @@ async def _send_locked(
     except trio.WouldBlock:
         await lock.acquire()
     try:
-        await _send_frames(stream, frames)
+        await _send_frames(stream, frames, sock)
     finally:
         lock.release()
 
 
-async def _send_frames(stream: trio.abc.SendStream, frames: list[bytes]) -> None:
-    """Write ``frames`` in as few ``send_all`` calls as possible, joining at most
-    ``_JOIN_BYTES`` at a time: a batch of large pull replies is not copied whole next to its
-    frames (a reader that stops reading would pin both)."""
+async def _send_frames(
+    stream: trio.abc.SendStream, frames: list[bytes], sock: trio.socket.SocketType | None
+) -> None:
+    """Write ``frames`` in as few writes as possible, joining at most ``_JOIN_BYTES`` at a
+    time: a batch of large pull replies is not copied whole next to its frames (a reader
+    that stops reading would pin both). With ``sock``, each piece is first written with one
+    non-blocking syscall; only what the socket did not take goes through ``send_all``."""
+    for piece in _pieces(frames):
+        sent = 0 if sock is None else send_now(sock, piece)
+        if sent < len(piece):
+            await stream.send_all(memoryview(piece)[sent:] if sent else piece)
+
+
+def _pieces(frames: list[bytes]) -> Iterator[bytes]:
+    """``frames`` joined into pieces of at most ``_JOIN_BYTES`` (a larger frame alone)."""
     if len(frames) == 1:
-        await stream.send_all(frames[0])
+        yield frames[0]
         return
     chunk: list[bytes] = []
     size = 0
     for frame in frames:
         if chunk and size + len(frame) > _JOIN_BYTES:
-            await stream.send_all(chunk[0] if len(chunk) == 1 else b"".join(chunk))
+            yield chunk[0] if len(chunk) == 1 else b"".join(chunk)
             chunk, size = [], 0
         chunk.append(frame)
         size += len(frame)
-    await stream.send_all(chunk[0] if len(chunk) == 1 else b"".join(chunk))
+    yield chunk[0] if len(chunk) == 1 else b"".join(chunk)

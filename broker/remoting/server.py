@@ -43,6 +43,7 @@ from broker.logs import get_logger
 from broker.peers import PeerCounts, peer_of
 from broker.remoting.connection import Connection, encode_reply, run_writer
 from broker.remoting.dispatch import LATER, Later, Registry
+from broker.sockio import raw_socket, receive_some
 from broker.tls import TlsPolicy
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
@@ -473,7 +474,8 @@ async def _serve_stream(
         state.tls += is_tls
     send, receive = trio.open_memory_channel[bytes](limits.write_queue)
     protocol = RemotingConnection(Role.SERVER, max_frame_size=limits.max_frame_size)
-    conn = Connection(peer, send, stream, protocol, on_idle=state.poke)
+    sock = raw_socket(stream)
+    conn = Connection(peer, send, stream, protocol, on_idle=state.poke, sock=sock)
     state.opened(conn)
     try:
         async with trio.open_nursery() as nursery:
@@ -481,7 +483,7 @@ async def _serve_stream(
             if limits.idle_timeout_s is not None:
                 nursery.start_soon(_watch_idle, state, conn, limits.idle_timeout_s, nursery)
             try:
-                await _read_requests(dispatcher, limits, state, conn, stream, nursery)
+                await _read_requests(dispatcher, limits, state, conn, stream, sock, nursery)
             finally:
                 nursery.cancel_scope.cancel()
     except* (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -526,12 +528,17 @@ async def _read_requests(
     state: ServerState,
     conn: Connection,
     stream: trio.abc.ReceiveStream,
+    sock: trio.socket.SocketType | None,
     nursery: trio.Nursery,
 ) -> None:
+    data: bytes | bytearray
     while True:
         conn.reading = True
         try:
-            data = await stream.receive_some(RECEIVE_SIZE)
+            if sock is not None:  # one syscall, no scheduler round after a wait
+                data = await receive_some(sock, RECEIVE_SIZE)
+            else:
+                data = await stream.receive_some(RECEIVE_SIZE)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             return
         finally:
