@@ -489,14 +489,16 @@ def broker_subprocess(
 
 
 @contextmanager
-def broker_process(verbose: bool, root: Path | None = None) -> Iterator[tuple[int, int]]:
-    """Run ``python -m broker`` (of checkout ``root``, default this one) on 127.0.0.1 and a
-    free port in a fresh data dir (removed at the end); yields (pid, port)."""
+def broker_process(
+    verbose: bool, root: Path | None = None, *args: str
+) -> Iterator[tuple[int, int]]:
+    """Run ``python -m broker *args`` (of checkout ``root``, default this one) on 127.0.0.1
+    and a free port in a fresh data dir (removed at the end); yields (pid, port)."""
     WORK_DIR.mkdir(exist_ok=True)
     data_dir = Path(tempfile.mkdtemp(prefix="broker-", dir=WORK_DIR))
     log_path = data_dir.parent / (data_dir.name + ".log")
     try:
-        with broker_subprocess(data_dir, log_path, root=root) as (pid, port):
+        with broker_subprocess(data_dir, log_path, *args, root=root) as (pid, port):
             if verbose:
                 print(f"broker pid {pid} port {port} data {data_dir}", flush=True)
             yield pid, port

@@ -3,13 +3,15 @@ close to what trio itself can do"), measured with one raw client for every serve
 
 Three servers, in the same run, rounds interleaved so they see the same noise:
 
-* **trimq** (``python -m broker`` on 127.0.0.1, a fresh data dir, async flush);
+* **trimq** (``python -m broker`` on 127.0.0.1, a fresh data dir, ``--flush async``, or
+  ``sync`` with ``--flush sync``: every SEND_OK after its fsync, group-committed);
 * **the floor**: a trio server in its own process that reads length-prefixed frames and
   answers each with one fixed reply frame the size of trimq's SEND_MESSAGE_V2 answer,
   everything a burst brought in one ``send_all`` — the most any Remoting server on trio can
   do (:func:`serve_floor`);
-* **redis-server** (no persistence), what a Python team would pick instead (installed from
-  Debian if missing, started and stopped here).
+* **redis-server** (no persistence; with ``--flush sync`` an append-only file with
+  ``appendfsync always``, Redis's fsync-before-reply), what a Python team would pick instead
+  (installed from Debian if missing, started and stopped here).
 
 The client is this process: blocking stdlib sockets (TCP_NODELAY), every request frame
 encoded before the clock starts, replies read by their length fields (a Remoting frame's
@@ -27,7 +29,7 @@ Each figure is the median of ``--runs`` rounds; the server's CPU per message com
 binds to loopback and is stopped by pid.
 
 Usage: python -m benchmarks.bench_floor [--runs 3] [--sizes 128,1024] [--count 5000]
-    [--broker-root OTHER_CHECKOUT]
+    [--window 100] [--flush async|sync] [--broker-root OTHER_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -147,12 +149,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def redis_process() -> Iterator[tuple[int, int]]:
-    """redis-server on a free loopback port; yields (pid, port)."""
+def redis_process(*, fsync: bool = False) -> Iterator[tuple[int, int]]:
+    """redis-server on a free loopback port (``fsync``: AOF fsynced per write); yields
+    (pid, port)."""
     if shutil.which("redis-server") is None:
         apt_install("redis-server", "redis-tools")
     port = free_port()
-    with redis_daemon(port, prefix="floor-redis-") as pid:
+    with redis_daemon(port, prefix="floor-redis-", fsync=fsync) as pid:
         yield pid, port
 
 
@@ -324,9 +327,10 @@ def fill(t: Target, size: int, backlog: int, deadline: float) -> None:
                 )
                 client.resp_replies(len(ids))
         else:
-            frames = send_frames(size, 100)
-            for first in range(0, backlog, 100):
-                n = min(100, backlog - first)
+            # 64 at a time: a SYNC-mode broker refuses more waiting sends per connection
+            frames = send_frames(size, 64)
+            for first in range(0, backlog, 64):
+                n = min(64, backlog - first)
                 client.sock.sendall(b"".join(frames[:n]))
                 _check_remoting(client.remoting_frames(n))
     finally:
@@ -455,6 +459,12 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=120.0, help="bound of one round")
     parser.add_argument("--out", help="JSON-lines file for every row")
     parser.add_argument(
+        "--flush",
+        choices=("async", "sync"),
+        default="async",
+        help="trimq's --flush; sync also gives Redis an AOF with appendfsync always",
+    )
+    parser.add_argument(
         "--broker-root", type=Path, help="run the broker of this checkout (a before/after)"
     )
     args = parser.parse_args()
@@ -464,10 +474,10 @@ def main() -> None:
         for size in sizes:
             # Fresh servers per round and size: every pull reads from offset 0 / id 1-1.
             with ExitStack() as servers:
-                trimq = broker_process(verbose=False, root=args.broker_root)
+                trimq = broker_process(False, args.broker_root, "--flush", args.flush)
                 b_pid, b_port = servers.enter_context(trimq)
                 f_pid, f_port = servers.enter_context(floor_process())
-                r_pid, r_port = servers.enter_context(redis_process())
+                r_pid, r_port = servers.enter_context(redis_process(fsync=args.flush == "sync"))
                 targets = [
                     Target("floor", f_pid, f_port),
                     Target("trimq", b_pid, b_port),

@@ -107,13 +107,17 @@ def redis_ping(port: int = REDIS_PORT) -> bool:
 
 
 @contextmanager
-def redis_daemon(port: int, prefix: str = "redis-") -> Iterator[int]:
-    """Start ``redis-server`` on loopback ``port`` without persistence, wait until it answers,
-    yield its pid; shut it down (then stop it by pid) at the end."""
+def redis_daemon(port: int, prefix: str = "redis-", *, fsync: bool = False) -> Iterator[int]:
+    """Start ``redis-server`` on loopback ``port`` without persistence (``fsync``: with an
+    append-only file fsynced before every reply, ``appendfsync always``), wait until it
+    answers, yield its pid; shut it down (then stop it by pid) at the end."""
     WORK_DIR.mkdir(exist_ok=True)
     rdir = Path(tempfile.mkdtemp(prefix=prefix, dir=WORK_DIR))
     argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", ""]
-    argv += ["--appendonly", "no", "--daemonize", "yes", "--dir", str(rdir)]
+    persist = (
+        ["--appendonly", "yes", "--appendfsync", "always"] if fsync else ["--appendonly", "no"]
+    )
+    argv += [*persist, "--daemonize", "yes", "--dir", str(rdir)]
     argv += ["--pidfile", str(rdir / "redis.pid"), "--logfile", str(rdir / "redis.log")]
     subprocess.run(argv, check=True, timeout=30)
     pid = 0

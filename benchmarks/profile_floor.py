@@ -3,7 +3,8 @@ broker process (``--gil``: CPU only, ``-f raw``: collapsed stacks) while this pr
 the load against it in a loop, then prints the top entries (inclusive and self).
 
 Usage: python -m benchmarks.profile_floor {one,window,pull} [--size 128] [--seconds 10]
-    [--out stacks.raw] [--broker-root OTHER_CHECKOUT] [--py-spy PATH]
+    [--out stacks.raw] [--broker-root OTHER_CHECKOUT] [--py-spy PATH] [--flush sync]
+    [--threads]
 
 py-spy is not a dependency of the project: install it into a scratch venv
 (``python -m venv /tmp/pyspy && /tmp/pyspy/bin/pip install py-spy``) and pass its path.
@@ -77,16 +78,21 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--broker-root", type=Path, help="profile the broker of this checkout")
     parser.add_argument("--py-spy", default="/tmp/pyspy/bin/py-spy")
+    parser.add_argument("--flush", choices=("async", "sync"), default="async")
+    parser.add_argument(
+        "--threads", action="store_true", help="every thread's CPU, not only the GIL holder's"
+    )
     args = parser.parse_args()
-    with broker_process(verbose=False, root=args.broker_root) as (pid, port):
+    with broker_process(False, args.broker_root, "--flush", args.flush) as (pid, port):
         target = bench_floor.Target("trimq", pid, port)
         deadline = time.monotonic() + args.seconds + 300
         if args.workload == "pull":
             bench_floor.fill(target, args.size, BACKLOG, deadline)
         one_pass = load(target, args.workload, args.size)
         spy = subprocess.Popen(
-            [args.py_spy, "record", "--gil", "-r", str(args.rate), "-d", str(args.seconds),
-             "-p", str(pid), "-f", "raw", "-o", str(args.out), "--nonblocking"],
+            [args.py_spy, "record", *([] if args.threads else ["--gil"]), "-r", str(args.rate),
+             "-d", str(args.seconds), "-p", str(pid), "-f", "raw", "-o", str(args.out),
+             "--nonblocking"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         time.sleep(0.5)  # py-spy attaches
