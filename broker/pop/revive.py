@@ -75,13 +75,26 @@ class ReviveService:
         self.max_reconsume = max_reconsume
         self.metrics = metrics
         self.poke = poke
+        #: What :meth:`next_deadline_ms` last answered (None: nothing, or never asked).
+        self._told: int | None = None
         self.revived = 0
         self.dead_lettered = 0
         self.unblocked = 0
 
     def next_deadline_ms(self) -> int | None:
-        """The earliest lease deadline."""
-        return self.table.next_deadline()
+        """The earliest lease deadline (what the deadline loop asks each round; the answer is
+        remembered for :meth:`new_deadline`)."""
+        told = self._told = self.table.next_deadline()
+        return told
+
+    def new_deadline(self, deadline_ms: int) -> None:
+        """A lease now ends at ``deadline_ms``: poke the deadline loop unless it wakes by then
+        anyway. It sleeps until at most what this source last told it (the least of its
+        sources' answers at the top of its round), so only an earlier deadline needs a poke;
+        a pop into a table emptied by acks since that answer no longer wakes it for
+        nothing."""
+        if self._told is None or deadline_ms < self._told:
+            self.poke()
 
     def fire_due(self, now_ms: int, nursery: trio.Nursery) -> None:
         """Copy every expired lease now; journal them once the copies are durable."""

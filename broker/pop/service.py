@@ -109,12 +109,11 @@ class PopEngine:
     # ------------------------------------------------------------------ requests
     def pop_nowait(self, req: PopRequest, now_ms: int) -> PopResult:
         """Pop (see :meth:`PopReader.pop_nowait`); tells the revive loop about new deadlines."""
-        before = self.table.next_deadline()
         result = self.reader.pop_nowait(req, now_ms)
         if result.found:
             after = self.table.next_deadline()
-            if after is not None and (before is None or after < before):
-                self.revive.poke()
+            if after is not None:
+                self.revive.new_deadline(after)
             for reconsume, deadline in result.redelivered:
                 if deadline is not None:
                     self.event(

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
@@ -359,3 +360,51 @@ async def test_a_guarded_group_runs_what_the_guard_lets_through_in_order() -> No
     assert [r.remark if r else None for r in replies] == [
         "ran", "ran", "no", "ran", "ran", None, "ran"
     ]  # fmt: skip
+
+
+async def test_a_pop_into_an_emptied_table_pokes_the_revive_loop_only_when_earlier(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The revive loop sleeps until at most the deadline it last read. A pop whose leases end
+    later (the table emptied by acks meanwhile) does not wake it, one ending earlier does,
+    and either message is revived exactly at its deadline."""
+    with trio.fail_after(60):
+        async with open_memory_broker(tmp_path) as broker, broker.connect() as client:
+            await create_topic(client, "T", queues=1)
+            revive = broker.broker.pops.engine.revive
+            pokes: list[float] = []
+            poke = revive.poke
+
+            def counted() -> None:
+                pokes.append(trio.current_time())
+                poke()
+
+            revive.poke = counted
+            await send(client, "T", b"m0")
+            _, (m0,) = await pop(client, "g", "T", invisible_ms=10_000)
+            assert len(pokes) == 1  # the loop slept with nothing to revive
+            await trio.sleep(0.1)  # the loop reads the new deadline
+            assert (await ack(client, "g", m0)).code == ResponseCode.SUCCESS
+            await send(client, "T", b"later")
+            t0 = trio.current_time()
+            _ = await pop(client, "g", "T", invisible_ms=20_000)
+            assert len(pokes) == 1  # ends after the deadline the loop wakes at anyway
+            got = await _pop_parked(client)
+            assert [p.msg.body for p in got] == [b"later"]  # revived, no poke needed
+            assert trio.current_time() - t0 == pytest.approx(20.0, abs=0.002)
+            await send(client, "T", b"sooner")  # the loop sleeps until the retry's deadline
+            t1, before = trio.current_time(), len(pokes)  # the revive poked on its own
+            _ = await pop(client, "g", "T", invisible_ms=5_000)
+            assert len(pokes) == before + 1  # ends before it: the loop is woken
+            got = await _pop_parked(client)
+            assert [p.msg.body for p in got] == [b"sooner"]
+            assert trio.current_time() - t1 == pytest.approx(5.0, abs=0.002)
+
+
+async def _pop_parked(client: BrokerClient) -> list[Popped]:
+    """Pop with the longest hold until something comes (the broker caps a hold at 15 s)."""
+    for _ in range(10):  # bounded
+        _, got = await pop(client, "g", "T", poll_ms=15_000)
+        if got:
+            return got
+    return []
