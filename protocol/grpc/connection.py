@@ -244,6 +244,34 @@ class GrpcConnection:
 
     def _receive(self, data: bytes | bytearray, out: list[Event]) -> None:
         buf = self._buf
+        if buf or self._preface_left or type(data) is not bytes:
+            self._receive_buffered(data, out)
+            return
+        # Nothing buffered (the usual read: whole frames): the frames are read from ``data``
+        # itself, a payload copied once instead of twice; an incomplete last frame waits
+        # in the buffer.
+        end = len(data)
+        pos = 0
+        header = http2.FRAME_HEADER
+        try:
+            while end - pos >= 9:
+                word, flags, sid = header.unpack_from(data, pos)
+                length = word >> 8
+                if length > _MAX_FRAME_SIZE:
+                    raise http2.ConnectionError_(
+                        ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes"
+                    )
+                if end - pos - 9 < length:
+                    break
+                payload = data[pos + 9 : pos + 9 + length]
+                pos += 9 + length
+                self._frame(word & 0xFF, flags, sid & 0x7FFFFFFF, payload, out)
+        finally:
+            if pos < end:
+                buf += data[pos:]
+
+    def _receive_buffered(self, data: bytes | bytearray, out: list[Event]) -> None:
+        buf = self._buf
         buf += data
         pos = 0
         if self._preface_left:

@@ -229,6 +229,31 @@ def test_request_split_across_many_reads() -> None:
     ]
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, 200), max_size=30))
+def test_reads_of_any_size_give_the_events_of_one_read(cuts: list[int]) -> None:
+    # Whole frames are read from the read's bytes, the rest through the buffer: where
+    # the reads end must not matter.
+    def wire() -> tuple[Pair, bytes]:
+        pair = Pair()
+        for body in (b"a" * 100, b"", b"b" * 3000):
+            pair.request(body, b"second")
+        pair.client.ping(b"12345678")
+        return pair, pair.client.data_to_send()
+
+    whole, data = wire()
+    expected = whole.server.receive_data(data)
+    pair, data = wire()
+    events: list[Event] = []
+    pos = 0
+    for cut in cuts:
+        events += pair.server.receive_data(data[pos : pos + cut])
+        pos += cut
+    events += pair.server.receive_data(data[pos:])
+    assert events == expected
+    assert pair.server.data_to_send() == whole.server.data_to_send()
+
+
 def test_messages_a_frame_each_or_together_are_the_same_events() -> None:
     # One whole message per DATA frame is taken without the message decoder; a frame with
     # two messages, or one message across frames, goes through it: the same events.
