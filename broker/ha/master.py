@@ -76,15 +76,21 @@ class LogGrowth:
 
     def __init__(self) -> None:
         self._event = trio.Event()
+        #: ``_event`` was handed out: a writer may wait on it. Until then a growth has
+        #: nobody to wake, so a put costs no new Event (a put calls :meth:`notify`).
+        self._taken = False
 
     def notify(self) -> None:
         """The store grew (called synchronously from the store, on the trio thread)."""
-        self._event.set()
-        self._event = trio.Event()
+        if self._taken:
+            self._event.set()
+            self._event = trio.Event()
+            self._taken = False
 
     def event(self) -> trio.Event:
         """The event the next growth sets: take it *before* looking at the log, then wait
         on it only if the log had nothing new (no await in between)."""
+        self._taken = True
         return self._event
 
 
