@@ -43,7 +43,7 @@ from broker.logs import get_logger
 from broker.peers import PeerCounts, peer_of
 from broker.remoting.connection import Connection, encode_reply, run_writer
 from broker.remoting.dispatch import LATER, Later, Registry
-from broker.sockio import raw_socket, receive_some
+from broker.sockio import SocketReader, raw_socket
 from broker.tls import TlsPolicy
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
@@ -532,11 +532,12 @@ async def _read_requests(
     nursery: trio.Nursery,
 ) -> None:
     data: bytes | bytearray
+    reader = None if sock is None else SocketReader(sock, RECEIVE_SIZE)
     while True:
         conn.reading = True
         try:
-            if sock is not None:  # one syscall, no scheduler round after a wait
-                data = await receive_some(sock, RECEIVE_SIZE)
+            if reader is not None:  # one syscall, no scheduler round after a wait
+                data = await reader.receive_some()
             else:
                 data = await stream.receive_some(RECEIVE_SIZE)
         except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -10,7 +10,7 @@ import trio.lowlevel
 import trio.testing
 
 from broker.remoting.connection import _send_frames
-from broker.sockio import raw_socket, receive_some, send_now
+from broker.sockio import SocketReader, raw_socket, send_now
 
 
 def _pair() -> tuple[trio.SocketStream, trio.SocketStream]:
@@ -57,22 +57,42 @@ async def test_a_read_that_found_data_still_lets_others_run() -> None:
     assert sock is not None
     async with left, right:
         await left.send_all(b"a" * 100)
+        reader = SocketReader(sock, 10)
         with trio.testing.assert_checkpoints():  # a cancel point and a schedule point
-            assert await receive_some(sock, 10) == b"a" * 10  # data ready: no wait
+            assert await reader.receive_some() == b"a" * 10  # data ready: no wait
 
 
 async def test_end_of_stream_closed_and_broken_sockets() -> None:
     left, right = _pair()
     sock = raw_socket(right)
     assert sock is not None
+    reader = SocketReader(sock, 100)
     await left.send_all(b"last")
     await left.aclose()
-    assert await receive_some(sock, 100) == b"last"
-    assert await receive_some(sock, 100) == b""
+    assert await reader.receive_some() == b"last"  # less than asked: drained, waits first
+    assert await reader.receive_some() == b""
     with pytest.raises(trio.BrokenResourceError):  # the peer is gone: EPIPE
         send_now(sock, b"x")
     await right.aclose()
     with pytest.raises(trio.ClosedResourceError):
-        await receive_some(sock, 100)
+        await reader.receive_some()
     with pytest.raises(trio.ClosedResourceError):
         send_now(sock, b"x")
+
+
+async def test_after_a_short_read_the_next_one_waits_for_data() -> None:
+    left, right = _pair()
+    sock = raw_socket(right)
+    assert sock is not None
+    reader = SocketReader(sock, 100)
+    async with left, right, trio.open_nursery() as nursery:
+        await left.send_all(b"0123456789")
+        assert await reader.receive_some() == b"0123456789"  # short: the socket is empty
+
+        async def later() -> None:
+            await trio.testing.wait_all_tasks_blocked()  # the reader is parked
+            await left.send_all(b"abcde")
+
+        nursery.start_soon(later)
+        with trio.fail_after(5):
+            assert await reader.receive_some() == b"abcde"
