@@ -144,9 +144,16 @@ def lease_key(group: str, topic: str, queue_id: int, offset: int, receipt: Extra
 
 def _key(group: str, topic: str, queue_id: int, offset: int, flag: RetryFlag) -> LeaseKey:
     """:func:`lease_key` of a receipt with retry flag ``flag``."""
+    return (group, lease_topic(group, topic, flag), queue_id, offset)
+
+
+def lease_topic(group: str, topic: str, flag: RetryFlag) -> str:
+    """The topic of the lease keys a receipt with retry flag ``flag`` names: ``topic``, or
+    ``group``'s pop retry topic of it when the flag says so and the client sent the
+    original topic."""
     if flag is not RetryFlag.NORMAL and not is_retry_topic(topic):
-        topic = pop_retry_topic(group, topic, v2=flag is RetryFlag.RETRY_V2)
-    return (group, topic, queue_id, offset)
+        return pop_retry_topic(group, topic, v2=flag is RetryFlag.RETRY_V2)
+    return topic
 
 
 def _refuse(outcome: Outcome, key: LeaseKey) -> BrokerError:

@@ -471,9 +471,12 @@ class InflightTable:
         cursor: tuple[Any, ...] | None,
         attempt_id: str | None,
     ) -> None:
+        table, heap, seq = self.leases, self._heap, self._seq
         for lease in leases:
-            self.leases[lease.key] = lease
-            self._push(lease)
+            key = (lease.group, lease.topic, lease.queue_id, lease.offset)  # lease.key
+            table[key] = lease
+            lease.heap_seq = n = next(seq)  # _push, once per popped message
+            heapq.heappush(heap, (lease.due_at, n, key))
             if lease.order:
                 ref = (lease.group, lease.topic, lease.queue_id)
                 lock = self.locks.get(ref)

@@ -14,14 +14,15 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.core.pop import PopBatch
+from broker.core.pop import PopBatch, lease_key
 from broker.pop.inflight import Lease
 from broker.pop.reader import PopRequest, PopResult
 from broker.remoting.connection import Connection
 from broker.remoting.dispatch import Registry
-from broker.remoting.processors.ack import AckFields, _plain_ack
+from broker.remoting.processors.ack import AckFields, _batch_receipts, _plain_ack
 from broker.remoting.processors.pop import PopFields, _plain_pop, _response_ext
 from broker.remoting.server import BoundRegistry
+from protocol.bodies.ack import BatchAck, BatchAckMessageRequestBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, request
 from protocol.errors import FieldError
@@ -32,6 +33,7 @@ from protocol.headers.pop import (
 )
 from protocol.receipt import (
     POP_ORDER_REVIVE_QUEUE,
+    ExtraInfo,
     MsgOffsets,
     OrderCount,
     RetryFlag,
@@ -408,3 +410,36 @@ async def _pop_parked(client: BrokerClient) -> list[Popped]:
         if got:
             return got
     return []
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["g", "g2"]),
+            st.sampled_from(["T", "%RETRY%g+T", "%RETRY%g_T"]),
+            st.sampled_from(["0", "1", "2", "x", ""]),
+            st.integers(0, 3),
+            st.lists(st.integers(0, 2**40), max_size=4),
+        ),
+        max_size=4,
+    )
+)
+def test_batch_receipts_key_each_offset_as_its_receipt_would(
+    entries: list[tuple[str, str, str, int, list[int]]],
+) -> None:
+    """The lease keys of a batch ack, its topic found once per entry, are those
+    ``lease_key`` gives each offset's receipt."""
+    acks = tuple(
+        BatchAck(consumer_group=g, topic=t, start_offset=0, queue_id=q, revive_queue_id=0,
+                 pop_time=1_000 + q, invisible_time=60_000, retry=r, offsets=tuple(offsets))
+        for g, t, r, q, offsets in entries
+    )  # fmt: skip
+    body = BatchAckMessageRequestBody(broker_name="broker-a", acks=acks)
+    expected = []
+    for e in body.acks:
+        flag = RetryFlag(int(e.retry)) if e.retry in ("0", "1", "2") else RetryFlag.NORMAL
+        receipt = ExtraInfo(0, e.pop_time, 60_000, 0, flag, "broker-a", e.queue_id)
+        for offset in e.offsets:
+            key = lease_key(e.consumer_group, e.topic, e.queue_id, offset, receipt)
+            expected.append((key, e.pop_time))
+    assert _batch_receipts(body) == expected

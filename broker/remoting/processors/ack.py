@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from broker.core.pop import lease_key, parse_receipt
+from broker.core.pop import lease_topic, parse_receipt
 from broker.pop.inflight import LeaseKey, Outcome
 from broker.remoting.connection import Connection
 from broker.remoting.context import BrokerContext
@@ -21,7 +21,7 @@ from protocol.headers.pop import (
     ChangeInvisibleTimeResponseHeader,
 )
 from protocol.naming import validate_group
-from protocol.receipt import ExtraInfo, RetryFlag
+from protocol.receipt import RetryFlag
 
 
 async def ack_message(
@@ -102,23 +102,15 @@ def _int(raw: str | None, digits: int) -> int | None:
 
 
 def _batch_receipts(body: BatchAckMessageRequestBody) -> list[tuple[LeaseKey, int]]:
-    """(lease key, pop time) of every offset a batch-ack body names."""
+    """(lease key, pop time) of every offset a batch-ack body names (the key's topic found
+    once per entry: :func:`lease_key` of the entry's receipt, the same for all its offsets)."""
     receipts: list[tuple[LeaseKey, int]] = []
     for ack in body.acks:
-        validate_group(ack.consumer_group)
+        group, queue_id, pop_time = ack.consumer_group, ack.queue_id, ack.pop_time
+        validate_group(group)
         flag = RetryFlag(int(ack.retry)) if ack.retry in ("0", "1", "2") else RetryFlag.NORMAL
-        receipt = ExtraInfo(
-            ack.start_offset,
-            ack.pop_time,
-            ack.invisible_time,
-            ack.revive_queue_id,
-            flag,
-            body.broker_name or "-",
-            ack.queue_id,
-        )
-        for offset in ack.offsets:
-            key = lease_key(ack.consumer_group, ack.topic, ack.queue_id, offset, receipt)
-            receipts.append((key, ack.pop_time))
+        topic = lease_topic(group, ack.topic, flag)
+        receipts += [((group, topic, queue_id, offset), pop_time) for offset in ack.offsets]
     return receipts
 
 
@@ -130,7 +122,8 @@ async def batch_ack_message(
     body = BatchAckMessageRequestBody.from_json(cmd.body)
     outcomes = ctx.broker.pops.ack_many(_batch_receipts(body))
     skipped = sum(outcome is not Outcome.OK for outcome in outcomes)
-    return cmd.response(remark=f"{skipped} not in flight" if skipped else None)
+    # An empty dict: the header written by formatting, as ack_message's (the same bytes).
+    return cmd.response(remark=f"{skipped} not in flight" if skipped else None, ext_fields={})
 
 
 async def change_invisible_time(
