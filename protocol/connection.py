@@ -38,7 +38,7 @@ pending requests on one opaque) raises :class:`LocalProtocolError`, never a peer
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Final, Literal
 
 from protocol.codes import SerializeType
@@ -330,8 +330,7 @@ class RemotingConnection:
             or not reply.flag & FLAG_RESPONSE
             or reply.serialize_type is not request.serialize_type
         ):
-            reply = replace(
-                reply,
+            reply = reply._replace(
                 opaque=request.opaque,
                 flag=reply.flag | FLAG_RESPONSE,
                 serialize_type=request.serialize_type,

@@ -26,7 +26,6 @@ import base64
 import hashlib
 import hmac
 from collections.abc import Mapping
-from dataclasses import replace
 
 from protocol.command import RemotingCommand
 
@@ -84,4 +83,4 @@ def sign(
     if channel is not None:
         ext[ONS_CHANNEL] = channel
     ext[SIGNATURE] = signature_of(canonical_content(ext, cmd.body, version=cmd.version), secret_key)
-    return replace(cmd, ext_fields=ext)
+    return cmd._replace(ext_fields=ext)

@@ -17,7 +17,6 @@ and stops it gracefully on exit.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -99,7 +98,7 @@ class BrokerClient:
                 raise ConnectionClosedError(f"connection closed: {exc}") from exc
             await self.send_raw(data)
         else:
-            await self.send(dataclasses.replace(cmd, opaque=opaque))
+            await self.send(cmd._replace(opaque=opaque))
         return await self.reply(opaque, timeout=timeout)
 
     async def call(

@@ -15,7 +15,6 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -229,7 +228,7 @@ async def test_sigterm_stops_gracefully_and_messages_survive_a_restart(tmp_path:
                     assert (msg.body, msg.queue_offset) == (body, 0)
                     # A pull parked on the empty tail is answered when the broker stops.
                     parked = client.next_opaque()
-                    await client.send(replace(pull(topic, 1, suspend_ms=15_000), opaque=parked))
+                    await client.send(pull(topic, 1, suspend_ms=15_000)._replace(opaque=parked))
                     await trio.sleep(0.2)
                     assert not client.has_reply(parked)
                     # SIGINT stops it gracefully too.

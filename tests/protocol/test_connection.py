@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import json
 import struct
-from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -163,9 +162,9 @@ def test_any_split_of_the_stream_gives_the_same_requests(
     expected: list[Event] = []
     frames: list[bytes] = []
     for cmd in cmds:
-        cmd = replace(cmd, flag=cmd.flag & ~FLAG_RESPONSE)
+        cmd = cmd._replace(flag=cmd.flag & ~FLAG_RESPONSE)
         opaque, frame = client.send_request(cmd)
-        expected.append(Request(replace(cmd, opaque=opaque)))
+        expected.append(Request(cmd._replace(opaque=opaque)))
         frames.append(frame)
     stream = b"".join(frames)
     bounds = [0, *sorted({c for c in cuts if 0 < c < len(stream)}), len(stream)]
