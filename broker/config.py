@@ -290,12 +290,12 @@ class BrokerConfig:
 
 def _is_host_port(addr: str) -> bool:
     host, sep, port = addr.rpartition(":")
-    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
+    return bool(sep and host and port.isdigit() and port.isascii() and 0 < int(port) < 65536)
 
 
 def _is_ip(host: str) -> bool:
     parts = host.split(".")
-    return len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts)
+    return len(parts) == 4 and all(p.isdigit() and p.isascii() and int(p) < 256 for p in parts)
 
 
 def _convert(name: str, kind: Any, raw: object) -> object:

@@ -390,7 +390,7 @@ def _peer_queues(route: TopicRouteData, endpoints: dict[str, str]) -> list[PeerQ
         if endpoint is None:
             continue
         host, _, port = endpoint.rpartition(":")
-        if not port.isdigit():
+        if not (port.isdigit() and port.isascii()):
             continue
         peer = PeerQueues(
             queues.broker_name, host, int(port), queues.perm,

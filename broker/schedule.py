@@ -171,7 +171,7 @@ class Schedule:
 def parse_src(value: str) -> tuple[int, int] | None:
     """``TIMER_SRC`` → (queue id, queue offset), None when malformed."""
     queue, _, offset = value.partition(":")
-    if queue.isdigit() and offset.isdigit():
+    if (queue + offset).isascii() and queue.isdigit() and offset.isdigit():
         return int(queue), int(offset)
     return None
 

@@ -206,7 +206,7 @@ class TransactionService:
         for msg in self.store.messages_since(start):
             if msg.topic in (OP_TOPIC, DISCARD_TOPIC):
                 marker = msg.properties.get(TRAN_OP, "")
-                if marker.isdigit():
+                if marker.isdigit() and marker.isascii():
                     self.table.decide(int(marker))
             elif msg.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT:
                 half = self.table.by_commit_offset(msg.prepared_transaction_offset)
@@ -216,7 +216,9 @@ class TransactionService:
     def _track(self, half: MessageExt, queue_offset: int, stored_ms: int) -> None:
         immunity_ms = self.policy.immunity_ms
         raw = half.properties.get(CHECK_IMMUNITY_TIME_IN_SECONDS, "")
-        if raw.isdigit():  # the message's own immunity, as RocketMQ's getImmunityTime
+        if (
+            raw.isdigit() and raw.isascii()
+        ):  # the message's own immunity, as RocketMQ's getImmunityTime
             immunity_ms = int(raw) * 1000
         entry = Half(queue_offset, half.commit_log_offset, half.properties.get(PGROUP, ""))
         if self.table.add(entry, stored_ms + immunity_ms):

@@ -130,7 +130,7 @@ def _as_int(value: object, default: int) -> int:
     """An integer field of our own JSON values (a malformed one reads as ``default``)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
+    if isinstance(value, str) and value.lstrip("-").isdigit() and value.isascii():
         return int(value)
     return default
 
@@ -406,7 +406,7 @@ class Election:
                 if kv.key == self.keys.master:
                     return False  # elected already: follow it next round
                 tail = kv.key.removeprefix(self.keys.candidates)
-                if tail != kv.key and tail.isdigit():
+                if tail != kv.key and tail.isdigit() and tail.isascii():
                     ends[int(tail)] = _as_int(_json(kv.value).get("logEnd"), -1)
             best = max(ends.items(), key=lambda item: (item[1], -item[0]), default=None)
             if best is not None and best[0] != self.broker_id and best[1] >= mine:

@@ -133,7 +133,7 @@ def _spans(entries: Sequence[EpochEntry], log_end: int) -> list[tuple[int, int, 
 
 def _decode(path: Path, data: bytes) -> tuple[int, tuple[EpochEntry, ...]]:
     text = data.decode(errors="replace").strip()
-    if text.isdigit():  # the one-integer file of earlier builds
+    if text.isdigit() and text.isascii():  # the one-integer file of earlier builds
         fence = int(text)
         return fence, (EpochEntry(FIRST_EPOCH, 0),) if fence >= FIRST_EPOCH else ()
     try:

@@ -115,7 +115,7 @@ def check_address(addr: str) -> None:
         InvalidParameterError: the address is malformed.
     """
     host, sep, port = addr.rpartition(":")
-    if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+    if not (sep and host and port.isdigit() and port.isascii() and 0 < int(port) < 65536):
         raise InvalidParameterError(f"brokerAddr {addr!r} is not HOST:PORT")
 
 

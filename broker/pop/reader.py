@@ -268,7 +268,10 @@ class PopReader:
                 lease.origin_topic = props.get(ORIGIN_TOPIC, req.topic)
                 deadline = props.get(REVIVE_DEADLINE_MS, "")
                 result.redelivered.append(
-                    (msg.reconsume_times, int(deadline) if deadline.isdigit() else None)
+                    (
+                        msg.reconsume_times,
+                        int(deadline) if deadline.isdigit() and deadline.isascii() else None,
+                    )
                 )
                 msg = dataclasses.replace(msg, topic=lease.origin_topic, properties=props)
                 result.records.append(encode_record(msg))

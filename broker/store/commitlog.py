@@ -102,7 +102,7 @@ class CommitLog:
         starts = []
         for path in self.directory.iterdir():
             name = path.name
-            if len(name) != _NAME_DIGITS or not name.isdigit():
+            if len(name) != _NAME_DIGITS or not (name.isdigit() and name.isascii()):
                 continue  # temp files and the like are not segments
             start = int(name)
             if start % self.segment_size:

@@ -69,7 +69,7 @@ class KeyIndex:
         out = []
         for path in self.directory.iterdir():
             stem, suffix = path.stem, path.suffix
-            if suffix == ".idx" and len(stem) == _NAME_DIGITS and stem.isdigit():
+            if suffix == ".idx" and len(stem) == _NAME_DIGITS and stem.isdigit() and stem.isascii():
                 out.append(int(stem))
         return sorted(out)
 

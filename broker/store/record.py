@@ -189,7 +189,7 @@ def check_record(buf: bytes | bytearray | memoryview, pos: int, phys: int) -> Ch
     if not (tail.startswith(_CRC_TAIL_PREFIX) and tail.endswith(b"\x02")):
         return Check(0, False, "no CRC tail")
     digits = tail[len(_CRC_TAIL_PREFIX) : -1]
-    if not digits.isdigit():
+    if not (digits.isdigit() and digits.isascii()):
         return Check(0, False, "CRC digits are not decimal")
     crc = zlib.crc32(memoryview(buf)[pos : end - CRC_TAIL_SIZE])
     if crc & 0x7FFFFFFF != int(digits):

@@ -190,7 +190,7 @@ class MessageStore:
             return
         for topic_dir in sorted(root.iterdir()):
             for queue_dir in sorted(topic_dir.iterdir()):
-                if queue_dir.name.isdigit():
+                if queue_dir.name.isdigit() and queue_dir.name.isascii():
                     self._queue((topic_dir.name, int(queue_dir.name)))
 
     @property

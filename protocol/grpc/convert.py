@@ -298,7 +298,7 @@ def _delivery_ms(props: Mapping[str, str]) -> int | None:
     the copy the timer delivered."""
     for name in (TIMER_DELIVER_MS, TIMER_OUT_MS):
         value = props.get(name, "")
-        if value.isdigit():
+        if value.isdigit() and value.isascii():  # "¹".isdigit(), but int() refuses it
             return int(value)
     return None
 
@@ -607,7 +607,7 @@ def decode_handle(handle: str) -> tuple[ExtraInfo, int | None]:
     parts = handle.split(" ")
     if len(parts) == 9:
         offset = parts.pop()
-        if not offset.isdigit():
+        if not (offset.isdigit() and offset.isascii()):
             raise ReceiptError(f"receipt handle's commit-log offset is not a number: {offset!r}")
         return ExtraInfo.decode(" ".join(parts)), int(offset)
     return ExtraInfo.decode(handle), None
@@ -638,7 +638,7 @@ def decode_recall_handle(handle: str) -> tuple[str, int, int, str]:
     if len(parts) != 4 or parts[0] != _RECALL_VERSION:
         raise ValueError("not a recall handle of this broker")
     queue, _, offset = parts[2].partition(":")
-    if not (queue.isdigit() and offset.isdigit()):
+    if not ((queue + offset).isascii() and queue.isdigit() and offset.isdigit()):
         raise ValueError("recall handle names no queue position")
     return parts[1], int(queue), int(offset), parts[3]
 
@@ -669,7 +669,7 @@ def decode_transaction_id(transaction_id: str) -> tuple[int, int]:
     if (
         len(parts) != 3
         or parts[0] != _TRANSACTION_VERSION
-        or not all(p.isdigit() for p in parts[1:])
+        or not all(p.isdigit() and p.isascii() for p in parts[1:])
     ):
         raise ValueError("not a transaction id of this broker")
     return int(parts[1]), int(parts[2])
