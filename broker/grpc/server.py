@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -40,6 +39,7 @@ import trio
 
 from broker.logs import get_logger
 from broker.peers import PeerCounts, peer_of
+from broker.sockio import SocketReader, raw_socket, send_now
 from broker.tls import TlsPolicy
 from protocol.grpc.codes import GrpcStatus
 from protocol.grpc.connection import (
@@ -184,10 +184,8 @@ class _Link:
         self.peer = peer
         #: A plain TCP connection's socket, read and written with single non-blocking
         #: syscalls (:meth:`receive`, :meth:`take`); None for TLS and memory streams.
-        self._socket = stream.socket if isinstance(stream, trio.SocketStream) else None
-        #: The last read took less than it asked for: the next one waits for readability
-        #: first (:meth:`receive`).
-        self._drained = False
+        self._socket = raw_socket(stream)
+        self._reader = None if self._socket is None else SocketReader(self._socket, RECEIVE_SIZE)
         # Woken after every read: the peer's window updates arrive that way.
         self._window = trio.Event()
         #: Calls waiting on ``_window`` (none: a read need not make a new Event).
@@ -228,53 +226,23 @@ class _Link:
 
     def _write_now(self, sock: trio.socket.SocketType, data: bytes) -> bytes:
         """Write what the socket takes without blocking; what is left for the writer."""
-        fd = sock.fileno()
-        if fd < 0 or self.failed:
-            return data  # closed: the writer reports it (or is gone)
+        if self.failed:
+            return data  # the writer reports it (or is gone)
         try:
-            sent = os.write(fd, data)
-        except OSError:  # full (BlockingIOError), or broken: the writer meets it again
-            return data
+            sent = send_now(sock, data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return data  # the writer meets it again
         self._written += sent
         return data[sent:]
 
     async def receive(self) -> bytes | bytearray:
-        """The next bytes from the peer, b"" at its end (``receive_some``'s contract).
-
-        A plain TCP socket is read with one non-blocking read, waiting for readability
-        only when it has nothing: trio's ``recv`` would also yield after every read that
-        found data, which for a read that already waited is a second scheduler pass per
-        call. A read that did not wait still yields once (others get their turn, as
-        before). After a read that took less than it asked for, the socket most likely
-        has nothing left (a client waiting for its answer): the next read waits for
-        readability first instead of finding out with a failed read (~2 µs per call); if
-        bytes came meanwhile, the wait returns at the next scheduler pass."""
-        sock = self._socket
-        if sock is None:
+        """The next bytes from the peer, b"" at its end (``receive_some``'s contract): a
+        plain TCP socket through :class:`broker.sockio.SocketReader` (one syscall, no
+        scheduler pass after a wait, none of trio's per-call wrappers), anything else
+        through the stream."""
+        if self._reader is None:
             return await self.stream.receive_some(RECEIVE_SIZE)
-        waited = self._drained
-        if waited:
-            if sock.fileno() < 0:
-                raise trio.ClosedResourceError("the socket was closed")
-            await trio.lowlevel.wait_readable(sock)
-        else:
-            await trio.lowlevel.checkpoint_if_cancelled()
-        while True:  # bounded: each round but the last waits until the socket is readable
-            fd = sock.fileno()
-            if fd < 0:
-                raise trio.ClosedResourceError("the socket was closed")
-            try:
-                data = os.read(fd, RECEIVE_SIZE)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(sock)
-                waited = True
-                continue
-            except OSError as exc:
-                raise trio.BrokenResourceError(f"read failed: {exc}") from exc
-            self._drained = len(data) < RECEIVE_SIZE
-            if not waited:  # shielded: the bytes are read, they must not be lost
-                await trio.lowlevel.cancel_shielded_checkpoint()
-            return data
+        return await self._reader.receive_some()
 
     async def flush(self) -> None:
         """Write whatever the protocol has for the socket (wait until the writer did).
