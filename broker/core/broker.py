@@ -266,7 +266,8 @@ async def open_broker(
     close everything cleanly when it ends (see the module docstring). ``clock``,
     ``disk_probe`` and ``offload`` (where blocking file work runs) are injected so tests own
     time and the machine's state."""
-    deadlines = DeadlineLoop(clock)
+    # The kernel's precise timer for the real clock; trio's timeouts for a test's clock.
+    deadlines = DeadlineLoop(clock, precise=clock is SYSTEM_CLOCK)
     pull_hub = PullHub()
     v1_names = V1RetryNames()
     pop_hub = PopHub(WakeMode(config.wake_mode), v1_owner=v1_names.owner)
