@@ -136,19 +136,24 @@ class PopEngine:
     def ack_many(self, receipts: list[tuple[LeaseKey, int]], now_ms: int) -> list[Outcome]:
         """Batch ack ``(key, pop time)`` receipts: one journal op; raises OSError when the
         journal cannot record it (then nothing changed)."""
-        leases = [self.table.leases.get(key) for key, _ in receipts]
-        outcomes = self.table.ack_many(receipts, now_ms)
-        for lease, outcome in zip(leases, outcomes, strict=True):
-            if lease is not None and outcome is Outcome.OK:
-                self._acked(lease, now_ms)
-        return outcomes
+        return self._ack_with(self.table.ack_many, receipts, now_ms)
 
     def ack_each(self, receipts: list[tuple[LeaseKey, int]], now_ms: int) -> list[Outcome]:
         """Acknowledge ``(key, pop time)`` receipts as one :meth:`ack` after another would,
         in one journal op (:meth:`InflightTable.ack_each`); raises OSError when the journal
         cannot record it (then nothing changed)."""
+        return self._ack_with(self.table.ack_each, receipts, now_ms)
+
+    def _ack_with(
+        self,
+        ack: Callable[[list[tuple[LeaseKey, int]], int], list[Outcome]],
+        receipts: list[tuple[LeaseKey, int]],
+        now_ms: int,
+    ) -> list[Outcome]:
+        """Run a table's multi-receipt ``ack``, then :meth:`_acked` for each lease it
+        acknowledged (the leases are looked up first: the ack removes them)."""
         leases = [self.table.leases.get(key) for key, _ in receipts]
-        outcomes = self.table.ack_each(receipts, now_ms)
+        outcomes = ack(receipts, now_ms)
         for lease, outcome in zip(leases, outcomes, strict=True):
             if lease is not None and outcome is Outcome.OK:
                 self._acked(lease, now_ms)
