@@ -9,9 +9,9 @@ Theory of operation:
   rest of the segment becomes a blank marker (RocketMQ's ``BLANK_MAGIC_CODE``) and the record
   goes to the next segment.
 * ``end`` is where the next record goes. Appends go to ``_tail``, an in-memory copy of the
-  log's newest bytes ``[_tail.start, end)`` in chunks (:mod:`broker.store.tail`): recent
-  reads never touch the disk. Bytes below
-  ``written`` have been handed to the OS (``os.pwrite``); ``write_out`` moves the rest and
+  log's newest bytes ``[_tail.start, end)`` in chunks (:mod:`broker.store.tail`), whose end
+  is ``end``: recent reads never touch the disk. Bytes below ``written`` have been handed
+  to the OS (``os.pwrite``); ``write_out`` moves the rest and
   returns the descriptors to ``fsync`` — the caller may fsync them in a worker thread while
   this thread keeps appending, so descriptors stay open until :meth:`close`. A segment stays
   "unsynced" (its descriptor is returned by every ``write_out``) until :meth:`synced` says an
@@ -90,7 +90,6 @@ class CommitLog:
         self._starts = self._discover()
         self._fds: dict[int, int] = {}
         self.min_offset = self._starts[0] if self._starts else 0
-        self.end = self.min_offset
         self.written = self.min_offset
         self._tail = TailCache(self.min_offset, chunk_size_for(tail_cache_bytes))
         #: segment start -> the ``write_generation`` that last wrote to it, until synced
@@ -125,9 +124,14 @@ class CommitLog:
         """Start offsets of the segment files, oldest first."""
         return list(self._starts)
 
+    @property
+    def end(self) -> int:
+        """Where the next record goes: the end of the in-memory tail."""
+        return self._tail.end
+
     def set_end(self, end: int) -> None:
         """Declare where valid data ends (recovery's verdict); appends continue from there."""
-        self.end = self.written = end
+        self.written = end
         self._tail.reset(end)
         if not self._starts:
             self.min_offset = end - end % self.segment_size
@@ -143,23 +147,22 @@ class CommitLog:
             raise ValueError(f"a record of {size} bytes does not fit a {self.segment_size} segment")
         remaining = self.segment_size - self.end % self.segment_size
         if size + BLANK_SIZE > remaining:
-            self.end += self._tail.extend((blank_marker(remaining), bytes(remaining - BLANK_SIZE)))
+            self._tail.extend((blank_marker(remaining), bytes(remaining - BLANK_SIZE)))
         return self.end
 
     def append(self, data: bytes) -> None:
         """Append a record at :meth:`reserve`'s position (kept in memory until written out)."""
-        self.end += self._tail.extend((data,))
+        self._tail.extend((data,))
 
     def append_parts(self, *parts: bytes) -> None:
         """Append a record given in parts (saves joining them first)."""
-        self.end += self._tail.extend(parts)
+        self._tail.extend(parts)
 
     def unappend(self, offset: int) -> None:
         """Forget unwritten bytes from ``offset`` on (a put failed after reserving)."""
         if offset < self.written:
             raise ValueError("cannot unappend bytes already written")
         self._tail.truncate(offset)
-        self.end = offset
 
     def write_out(self) -> list[int]:
         """Hand every appended byte to the OS; return the descriptors to fsync: those of

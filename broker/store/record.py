@@ -71,8 +71,10 @@ class RecordParts(NamedTuple):
 class _Appendable(Protocol):
     """What :func:`build_parts` needs of the commit log."""
 
-    end: int
     segment_size: int
+
+    @property
+    def end(self) -> int: ...
 
     def reserve(self, size: int) -> int: ...
 

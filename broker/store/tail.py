@@ -45,8 +45,7 @@ class TailCache:
         self._retire(self._chunks)
         self.start = self.end = start
         self._first, self._fill = divmod(start, self.chunk_size)
-        self._last = self._new_chunk()
-        self._chunks = [self._last]
+        self._chunks = [self._new_chunk()]
 
     def _new_chunk(self) -> bytearray:
         return self._spare.pop() if self._spare else bytearray(self.chunk_size)
@@ -56,7 +55,7 @@ class TailCache:
 
     def extend(self, parts: tuple[bytes, ...]) -> int:
         """Append ``parts`` at ``end``; return how many bytes they were."""
-        last, pos, size = self._last, self._fill, self.chunk_size
+        last, pos, size = self._chunks[-1], self._fill, self.chunk_size
         added = 0
         for part in parts:
             n = len(part)
@@ -74,18 +73,19 @@ class TailCache:
     def _spill(self, part: bytes, pos: int) -> tuple[bytearray, int]:
         """Write ``part`` from ``pos`` of the last chunk on, into new chunks past its end."""
         size = self.chunk_size
+        last = self._chunks[-1]
         done = 0
         with memoryview(part) as view:
             while done < len(view):  # bounded: each pass writes at least one byte
                 if pos == size:
-                    self._last = self._new_chunk()
-                    self._chunks.append(self._last)
+                    last = self._new_chunk()
+                    self._chunks.append(last)
                     pos = 0
                 piece = min(size - pos, len(view) - done)
-                self._last[pos : pos + piece] = view[done : done + piece]
+                last[pos : pos + piece] = view[done : done + piece]
                 pos += piece
                 done += piece
-        return self._last, pos
+        return last, pos
 
     def truncate(self, end: int) -> None:
         """Forget the bytes from ``end`` on (``start <= end <= self.end``)."""
@@ -97,7 +97,7 @@ class TailCache:
             keep, rel = len(self._chunks), self.chunk_size
         self._retire(self._chunks[keep:])
         del self._chunks[keep:]
-        self._last, self._fill = self._chunks[-1], rel
+        self._fill = rel
         self.end = end
 
     def drop_before(self, offset: int) -> None:
