@@ -23,6 +23,7 @@ from protocol.headers._base import codec_of as codec_of
 from protocol.headers._base import fields_of as fields_of
 from protocol.headers._base import from_ext as from_ext
 from protocol.headers._base import meta as meta
+from protocol.headers._base import plain_int as plain_int
 from protocol.headers._base import to_ext as to_ext
 from protocol.headers.admin import TOPIC_FILTER_TYPES as TOPIC_FILTER_TYPES
 from protocol.headers.admin import CreateTopicRequestHeader as CreateTopicRequestHeader

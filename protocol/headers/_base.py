@@ -128,6 +128,19 @@ def _parse_int(raw: str, low: int, high: int, bits: int) -> int:
     return value
 
 
+def plain_int(raw: str | None, digits: int, *, signed: bool = False) -> int | None:
+    """``raw`` as an int when it is at most ``digits`` plain ASCII digits (with ``signed``,
+    after an optional ``-``), else None: the fast rule of :func:`_parse_int32` (9 digits
+    always fit a Java int) and :func:`_parse_int64` (18, a long), for header fast paths
+    that read ``extFields`` directly and leave anything else to the typed header."""
+    if raw is None:
+        return None
+    body = raw[1:] if signed and raw[:1] == "-" else raw
+    if len(body) <= digits and body.isdigit() and body.isascii():
+        return int(raw)
+    return None
+
+
 def _parse_int32(raw: str) -> int:
     # Fast path for what clients send almost always: up to 9 plain digits always fit.
     if len(raw) <= 9 and raw.isdigit() and raw.isascii():

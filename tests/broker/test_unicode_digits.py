@@ -11,6 +11,7 @@ from broker.namesrv.routes import check_address
 from broker.schedule import parse_src
 from protocol.errors import InvalidParameterError, ReceiptError
 from protocol.grpc.convert import decode_handle
+from protocol.headers import plain_int
 
 DIGIT_LOOKALIKES = ["¹", "²³", "③", "1¹"]
 
@@ -41,3 +42,12 @@ def test_a_timer_source_property(text: str) -> None:
     assert parse_src(f"{text}:5") is None
     assert parse_src(f"3:{text}") is None
     assert parse_src("3:5") == (3, 5)
+
+
+@pytest.mark.parametrize("text", DIGIT_LOOKALIKES)
+def test_a_header_fast_path_number(text: str) -> None:
+    assert plain_int(text, 9) is None
+    assert plain_int(f"-{text}", 9, signed=True) is None
+    assert plain_int("-12", 9, signed=True) == -12
+    assert plain_int("-12", 9) is None
+    assert plain_int("1234567890", 9) is None  # past the digits that always fit

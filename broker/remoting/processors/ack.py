@@ -15,6 +15,7 @@ from broker.remoting.context import BrokerContext
 from protocol.bodies.ack import BatchAckMessageRequestBody
 from protocol.command import RemotingCommand
 from protocol.errors import TrimqError
+from protocol.headers import plain_int
 from protocol.headers.pop import (
     AckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
@@ -87,18 +88,10 @@ def _plain_ack(ext: Mapping[str, str]) -> AckFields | None:
     such a header (tests/broker/test_pop_fast.py)."""
     get = ext.get
     group, topic, receipt = get("consumerGroup"), get("topic"), get("extraInfo")
-    queue_id, offset = _int(get("queueId"), 9), _int(get("offset"), 18)
+    queue_id, offset = plain_int(get("queueId"), 9), plain_int(get("offset"), 18)
     if group is None or topic is None or receipt is None or queue_id is None or offset is None:
         return None
     return group, topic, queue_id, offset, receipt
-
-
-def _int(raw: str | None, digits: int) -> int | None:
-    """``raw`` when it is at most ``digits`` plain ASCII digits (the typed header's own fast
-    rule: a Java int up to 9, a long up to 18), else None."""
-    if raw is not None and len(raw) <= digits and raw.isdigit() and raw.isascii():
-        return int(raw)
-    return None
 
 
 def _batch_receipts(body: BatchAckMessageRequestBody) -> list[tuple[LeaseKey, int]]:

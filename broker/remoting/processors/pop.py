@@ -24,6 +24,7 @@ from broker.remoting.context import BrokerContext
 from broker.remoting.dispatch import LATER, Later
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
+from protocol.headers import plain_int
 from protocol.headers.pop import PopMessageRequestHeader
 from protocol.receipt import (
     POP_ORDER_REVIVE_QUEUE,
@@ -143,9 +144,9 @@ def _plain_pop(ext: Mapping[str, str]) -> PopFields | None:
     header (tests/broker/test_pop_fast.py)."""
     get = ext.get
     group, topic = get("consumerGroup"), get("topic")
-    queue_id, max_nums = _int(get("queueId"), 9, signed=True), _int(get("maxMsgNums"), 9)
-    invisible, poll = _int(get("invisibleTime"), 18), _int(get("pollTime"), 18)
-    init_mode, order = _int(get("initMode"), 9), _BOOLS.get(get("order"))
+    queue_id, max_nums = plain_int(get("queueId"), 9, signed=True), plain_int(get("maxMsgNums"), 9)
+    invisible, poll = plain_int(get("invisibleTime"), 18), plain_int(get("pollTime"), 18)
+    init_mode, order = plain_int(get("initMode"), 9), _BOOLS.get(get("order"))
     if (
         group is None
         or topic is None
@@ -155,22 +156,10 @@ def _plain_pop(ext: Mapping[str, str]) -> PopFields | None:
         or poll is None
         or init_mode is None
         or order is None
-        or _int(get("bornTime"), 18) is None
+        or plain_int(get("bornTime"), 18) is None
     ):
         return None
     return PopFields(
         group, topic, queue_id, max_nums, invisible, poll, init_mode, get("expType"),
         get("exp"), order, get("attemptId"),
     )  # fmt: skip
-
-
-def _int(raw: str | None, digits: int, *, signed: bool = False) -> int | None:
-    """``raw`` when it is at most ``digits`` plain ASCII digits (with ``signed``, after an
-    optional ``-``): the typed header's own fast rule for a Java int up to 9 digits, a long
-    up to 18; else None."""
-    if raw is None:
-        return None
-    body = raw[1:] if signed and raw[:1] == "-" else raw
-    if len(body) <= digits and body.isdigit() and body.isascii():
-        return int(raw)
-    return None

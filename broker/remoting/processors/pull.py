@@ -18,6 +18,7 @@ from broker.remoting.dispatch import LATER, Later
 from broker.store.api import GetResult, GetStatus
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
+from protocol.headers import plain_int
 from protocol.headers.pull import PullMessageRequestHeader, PullSysFlag
 
 #: ``GetMessageStatus`` → response code for the statuses whose code never depends on the
@@ -120,9 +121,9 @@ def _plain_request(ext: Mapping[str, str]) -> tuple[PullRequest, int] | None:
     the typed path gives for such a header (tests/broker/test_pull_fast.py)."""
     get = ext.get
     group, topic = get("consumerGroup"), get("topic")
-    queue_id, max_nums = _int(get("queueId"), 9), _int(get("maxMsgNums"), 9)
-    sys_flag, offset = _int(get("sysFlag"), 9), _int(get("queueOffset"), 18)
-    commit, suspend = _int(get("commitOffset"), 18), _int(get("suspendTimeoutMillis"), 18)
+    queue_id, max_nums = plain_int(get("queueId"), 9), plain_int(get("maxMsgNums"), 9)
+    sys_flag, offset = plain_int(get("sysFlag"), 9), plain_int(get("queueOffset"), 18)
+    commit, suspend = plain_int(get("commitOffset"), 18), plain_int(get("suspendTimeoutMillis"), 18)
     max_bytes = get("maxMsgBytes")
     if (
         group is None
@@ -133,9 +134,9 @@ def _plain_request(ext: Mapping[str, str]) -> tuple[PullRequest, int] | None:
         or offset is None
         or commit is None
         or suspend is None
-        or _int(get("subVersion"), 18) is None
-        or _int(get("requestSource", "0"), 9) is None
-        or (max_bytes is not None and _int(max_bytes, 9) is None)
+        or plain_int(get("subVersion"), 18) is None
+        or plain_int(get("requestSource", "0"), 9) is None
+        or (max_bytes is not None and plain_int(max_bytes, 9) is None)
     ):
         return None
     request = PullRequest(
@@ -157,11 +158,3 @@ def pull_message_now(
     request, hold = _request_of(cmd.ext_fields)
     result = ctx.broker.pulls.pull_nowait(request, hold_ms=hold)
     return LATER if result is None else answer(cmd, result, request.offset)
-
-
-def _int(raw: str | None, digits: int) -> int | None:
-    """``raw`` when it is at most ``digits`` plain ASCII digits (a Java int up to 9, a long
-    up to 18, whatever they are: the typed header's own fast rule), else None."""
-    if raw is not None and len(raw) <= digits and raw.isdigit() and raw.isascii():
-        return int(raw)
-    return None
