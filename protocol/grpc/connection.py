@@ -244,34 +244,14 @@ class GrpcConnection:
 
     def _receive(self, data: bytes | bytearray, out: list[Event]) -> None:
         buf = self._buf
-        if buf or self._preface_left or type(data) is not bytes:
-            self._receive_buffered(data, out)
-            return
-        # Nothing buffered (the usual read: whole frames): the frames are read from ``data``
-        # itself, a payload copied once instead of twice; an incomplete last frame waits
-        # in the buffer.
-        end = len(data)
-        pos = 0
-        header = http2.FRAME_HEADER
-        try:
-            while end - pos >= 9:
-                word, flags, sid = header.unpack_from(data, pos)
-                length = word >> 8
-                if length > _MAX_FRAME_SIZE:
-                    raise http2.ConnectionError_(
-                        ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes"
-                    )
-                if end - pos - 9 < length:
-                    break
-                payload = data[pos + 9 : pos + 9 + length]
-                pos += 9 + length
-                self._frame(word & 0xFF, flags, sid & 0x7FFFFFFF, payload, out)
-        finally:
-            if pos < end:
+        if not buf and not self._preface_left and type(data) is bytes:
+            # Nothing buffered (the usual read: whole frames): the frames are read from
+            # ``data`` itself, a payload copied once instead of twice; an incomplete last
+            # frame waits in the buffer.
+            pos = self._frames(data, 0, out)
+            if pos < len(data):
                 buf += data[pos:]
-
-    def _receive_buffered(self, data: bytes | bytearray, out: list[Event]) -> None:
-        buf = self._buf
+            return
         buf += data
         pos = 0
         if self._preface_left:
@@ -279,23 +259,25 @@ class GrpcConnection:
             if self._preface_left:
                 del buf[:pos]
                 return
-        end = len(buf)
+        del buf[: self._frames(buf, pos, out)]
+
+    def _frames(self, source: bytes | bytearray, pos: int, out: list[Event]) -> int:
+        """Handle the whole frames in ``source`` from ``pos``; the position after the last.
+        (After an error the connection is closed and its buffer no longer read.)"""
+        end = len(source)
         header = http2.FRAME_HEADER
-        try:
-            while end - pos >= 9:
-                word, flags, sid = header.unpack_from(buf, pos)
-                length = word >> 8
-                if length > _MAX_FRAME_SIZE:
-                    raise http2.ConnectionError_(
-                        ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes"
-                    )
-                if end - pos - 9 < length:
-                    break
-                payload = bytes(buf[pos + 9 : pos + 9 + length])
-                pos += 9 + length
-                self._frame(word & 0xFF, flags, sid & 0x7FFFFFFF, payload, out)
-        finally:
-            del buf[:pos]
+        while end - pos >= 9:
+            word, flags, sid = header.unpack_from(source, pos)
+            length = word >> 8
+            if length > _MAX_FRAME_SIZE:
+                raise http2.ConnectionError_(ErrorCode.FRAME_SIZE_ERROR, f"frame of {length} bytes")
+            if end - pos - 9 < length:
+                break
+            # bytes() of a bytes slice is that slice; of a buffer's, a copy it may keep
+            payload = bytes(source[pos + 9 : pos + 9 + length])
+            pos += 9 + length
+            self._frame(word & 0xFF, flags, sid & 0x7FFFFFFF, payload, out)
+        return pos
 
     def _preface(self, buf: bytearray) -> int:
         preface = http2.CONNECTION_PREFACE

@@ -22,7 +22,7 @@ import hashlib
 import struct
 import zlib
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from protocol.errors import ReceiptError
 from protocol.grpc import schema
@@ -362,10 +362,7 @@ def _time_body(ms: int) -> bytes:
 def _seconds_field(seconds: int) -> bytes:
     """Field 1 (``seconds``) of a Timestamp/Duration, remembered: a batch's timestamps
     mostly fall in the same few seconds."""
-    if len(_SECONDS) >= _CACHE_LIMIT:
-        _SECONDS.clear()
-    field = _SECONDS[seconds] = b"\x08" + varint(seconds)
-    return field
+    return _remember(_SECONDS, seconds, b"\x08" + varint(seconds))
 
 
 #: A topic's bytes as stored → (Message field 1 with it, whether it is a dead-letter topic);
@@ -377,6 +374,18 @@ _STORE_FIELDS: dict[tuple[bytes, int], bytes] = {}
 #: Invisible time → SystemProperties field 15.
 _INVISIBLE_FIELDS: dict[int, bytes] = {}
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _remember(cache: dict[_K, _V], key: _K, value: _V) -> _V:
+    """``value`` stored under ``key`` in one of the bounded caches above (emptied when
+    full: the hot path looks a key up itself and calls a ``_*_field`` only on a miss)."""
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+    return value
+
 
 def _topic_field(raw: bytes) -> tuple[bytes, bool] | None:
     try:
@@ -386,41 +395,22 @@ def _topic_field(raw: bytes) -> tuple[bytes, bool] | None:
     try:
         topic = raw.decode()
     except UnicodeDecodeError:
-        found = None
-    else:
-        found = (sub(b"\x0a", text_field(b"\x12", topic) if topic else b""), is_dlq_topic(topic))
-    if len(_TOPIC_FIELDS) >= _CACHE_LIMIT:
-        _TOPIC_FIELDS.clear()
-    _TOPIC_FIELDS[raw] = found
-    return found
+        return _remember(_TOPIC_FIELDS, raw, None)
+    field = sub(b"\x0a", text_field(b"\x12", topic) if topic else b"")
+    return _remember(_TOPIC_FIELDS, raw, (field, is_dlq_topic(topic)))
 
 
 def _born_field(ip: bytes) -> bytes:
-    field = _BORN_FIELDS.get(ip)
-    if field is None:
-        if len(_BORN_FIELDS) >= _CACHE_LIMIT:
-            _BORN_FIELDS.clear()
-        field = _BORN_FIELDS[ip] = text_field(b"\x42", ip_from_bytes(ip))
-    return field
+    return _remember(_BORN_FIELDS, ip, text_field(b"\x42", ip_from_bytes(ip)))
 
 
 def _store_field(ip: bytes, port: int) -> bytes:
-    key = (ip, port)
-    field = _STORE_FIELDS.get(key)
-    if field is None:
-        if len(_STORE_FIELDS) >= _CACHE_LIMIT:
-            _STORE_FIELDS.clear()
-        field = _STORE_FIELDS[key] = text_field(b"\x52", f"{ip_from_bytes(ip)}:{port}")
-    return field
+    field = text_field(b"\x52", f"{ip_from_bytes(ip)}:{port}")
+    return _remember(_STORE_FIELDS, (ip, port), field)
 
 
 def _invisible_field(ms: int) -> bytes:
-    field = _INVISIBLE_FIELDS.get(ms)
-    if field is None:
-        if len(_INVISIBLE_FIELDS) >= _CACHE_LIMIT:
-            _INVISIBLE_FIELDS.clear()
-        field = _INVISIBLE_FIELDS[ms] = sub(b"\x7a", _time_body(ms))
-    return field
+    return _remember(_INVISIBLE_FIELDS, ms, sub(b"\x7a", _time_body(ms)))
 
 
 #: SystemProperties field 5 (IDENTITY) and field 6 per message type.
