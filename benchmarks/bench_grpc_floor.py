@@ -29,18 +29,24 @@ noise:
 
 Workloads, at each ``--sizes`` body size:
 
-* ``unary_one``: SendMessage, one call in flight;
-* ``unary_window``: ``--window`` (100) SendMessage calls written at once (capped to the
-  server's SETTINGS_MAX_CONCURRENT_STREAMS), then read until all their trailers arrived;
-* ``streamed``: ReceiveMessage of up to 32 messages, one call in flight, from a backlog put
-  into a topic of its own by raw SendMessage windows before the clock (trimq; one consumer
-  group per round and size). The floor answers on a second port with a pre-encoded stream
-  (a status response, 32 message responses the size of trimq's, a delivery timestamp,
-  trailers); null answers with its canned messages. The figure is per streamed message.
+* ``unary_one``: ``--count`` SendMessage calls, one in flight;
+* ``unary_window``: 4 × ``--count`` SendMessage calls, ``--window`` (100) written at once
+  (capped to the server's SETTINGS_MAX_CONCURRENT_STREAMS, reported as ``window_cap``),
+  then read until all their trailers arrived;
+* ``streamed``: 4 × ``--count`` messages by ReceiveMessage calls of 32, one call in flight,
+  from a backlog put into a topic of its own by raw SendMessage windows before the clock
+  (trimq; one consumer group per round and size, messages invisible for an hour). The floor
+  answers on a port of its own per body size with a pre-encoded stream (a status response,
+  32 message responses the size of trimq's, a delivery timestamp, trailers); null (one per
+  body size) answers with its canned messages. The figure is per streamed message.
 
 Each figure is the median of ``--runs`` rounds. Server CPU per call (per message for
-``streamed``) is the delta of ``/proc/<pid>/stat`` utime+stime across the timed loop; the
-client's is this process's ``time.process_time``. Every loop is bounded by a count and by
+``streamed``) is the delta across the timed loop of the process's threads' run time from
+``/proc/<pid>/task/*/schedstat`` (ns; ``server_us``), with the utime+stime of
+``/proc/<pid>/stat`` beside it (``server_us_stat``: 10 ms ticks, a few for the floor's
+loops); the client's is this process's ``time.process_time``; ``reply_bytes`` the DATA
+bytes per call (or message), to compare the floor's replies with trimq's. The servers run
+for the whole run (trimq with one data dir); every loop is bounded by a count and by
 ``--max-seconds``; every server binds to loopback and is stopped by pid.
 
 Usage: python -m benchmarks.bench_grpc_floor [--runs 3] [--sizes 128,1024] [--count 3000]
@@ -61,7 +67,7 @@ import struct
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,7 +191,7 @@ def receive_responses(topic: str, size: int) -> list[bytes]:
         s.store_timestamp.nanos = 124_000_000
         s.store_host = "127.0.0.1:10911"
         s.delivery_timestamp.seconds = now
-        s.receipt_handle = "x" * 80
+        s.receipt_handle = "x" * 64
         s.queue_id = 3
         s.queue_offset = 100_000 + i
         s.invisible_duration.seconds = 3600
@@ -334,26 +340,25 @@ async def _floor_connection(reply: Pieces, stream: trio.SocketStream) -> None:
         return
 
 
-def serve_floor(port_out: Any, unary: Pieces, streamed: Pieces) -> None:
-    """The floor server's process: a unary port (every call answered with ``unary``) and a
-    streamed one (``streamed``), both sent through ``port_out``; until SIGTERM. Decoding
-    no HPACK, it knows the method by the port."""
+def serve_floor(port_out: Any, replies: list[Pieces]) -> None:
+    """The floor server's process: a port per reply (every call on it answered with that
+    reply; the ports sent through ``port_out``), until SIGTERM. Decoding no HPACK, it knows
+    the method (and the body size of a receive) by the port."""
 
     async def main() -> None:
-        one = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        many = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        port_out.send((one[0].socket.getsockname()[1], many[0].socket.getsockname()[1]))
+        listeners = [await trio.open_tcp_listeners(0, host="127.0.0.1") for _ in replies]
+        port_out.send([ls[0].socket.getsockname()[1] for ls in listeners])
 
-        async def unary_handler(stream: trio.SocketStream) -> None:
-            await _floor_connection(unary, stream)
+        def handler(reply: Pieces) -> Callable[[trio.SocketStream], Awaitable[None]]:
+            async def serve(stream: trio.SocketStream) -> None:
+                await _floor_connection(reply, stream)
 
-        async def streamed_handler(stream: trio.SocketStream) -> None:
-            await _floor_connection(streamed, stream)
+            return serve
 
         with trio.open_signal_receiver(signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(trio.serve_listeners, unary_handler, one)
-                nursery.start_soon(trio.serve_listeners, streamed_handler, many)
+                for reply, ls in zip(replies, listeners, strict=True):
+                    nursery.start_soon(trio.serve_listeners, handler(reply), ls)
                 async for _ in signals:
                     nursery.cancel_scope.cancel()
                     return
@@ -362,18 +367,18 @@ def serve_floor(port_out: Any, unary: Pieces, streamed: Pieces) -> None:
 
 
 @contextmanager
-def floor_process(unary: Pieces, streamed: Pieces) -> Iterator[tuple[int, int, int]]:
-    """Run the floor server; yields (pid, unary port, streamed port); SIGTERM by pid."""
+def floor_process(replies: list[Pieces]) -> Iterator[tuple[int, list[int]]]:
+    """Run the floor server; yields (pid, a port per reply); SIGTERM by pid."""
     ctx = mp.get_context("spawn")
     receive, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=serve_floor, args=(send, unary, streamed), daemon=True)
+    proc = ctx.Process(target=serve_floor, args=(send, replies), daemon=True)
     proc.start()
     try:
         if not receive.poll(30):
             raise RuntimeError("the floor server did not start within 30 s")
-        port, streamed_port = receive.recv()
+        ports = [int(p) for p in receive.recv()]
         assert proc.pid is not None
-        yield proc.pid, int(port), int(streamed_port)
+        yield proc.pid, ports
     finally:
         if proc.pid is not None and proc.is_alive():
             os.kill(proc.pid, signal.SIGTERM)
@@ -402,6 +407,7 @@ class H2Client:
         self.unacked = 0
         self.done = 0
         self.messages = 0
+        self.received = 0  # DATA payload bytes
         #: Stream id -> the bytes of its gRPC message not yet complete.
         self.partial: dict[int, bytearray] = {}
         #: While set, every header block is HPACK-decoded and every message parsed.
@@ -441,6 +447,7 @@ class H2Client:
             ftype, flags = buf[pos + 3], buf[pos + 4]
             if ftype == FrameType.DATA:
                 self.unacked += length
+                self.received += length
                 if (
                     not self.partial
                     and length >= 5
@@ -579,7 +586,7 @@ def unary(t: Target, req: Pieces, count: int, window: int, deadline: float) -> d
             t.notes["window_cap"] = client.max_streams
             window = client.max_streams
         rounds = max(1, count // window)
-        return timed(t, rounds * window, lambda: client.repeat(req, window, rounds))
+        return timed(t, client, rounds * window, lambda: client.repeat(req, window, rounds))
     finally:
         client.close()
 
@@ -591,7 +598,7 @@ def streamed(t: Target, req: Pieces, count: int, deadline: float) -> dict[str, f
         client.checked(req, CHECKED)
         calls = max(1, count // BATCH)
         before = client.messages
-        row = timed(t, calls * BATCH, lambda: client.repeat(req, 1, calls))
+        row = timed(t, client, calls * BATCH, lambda: client.repeat(req, 1, calls))
         # Each call: a status, the messages, a delivery timestamp.
         got = client.messages - before - 2 * calls
         if got != calls * BATCH:
@@ -601,17 +608,36 @@ def streamed(t: Target, req: Pieces, count: int, deadline: float) -> dict[str, f
         client.close()
 
 
-def timed(t: Target, n: int, fn: Callable[[], object]) -> dict[str, float]:
-    server0, client0, wall0 = proc_cpu_seconds(t.pid), time.process_time(), time.perf_counter()
+def proc_runtime_seconds(pid: int) -> float:
+    """CPU seconds run so far by the threads of process ``pid`` (``/proc/<pid>/task/*/
+    schedstat``, nanoseconds: the 10 ms ticks of ``/proc/<pid>/stat`` are too coarse for a
+    floor that spends a few ms in a whole loop)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+    return total / 1e9
+
+
+def timed(t: Target, client: H2Client, n: int, fn: Callable[[], object]) -> dict[str, float]:
+    """Run ``fn`` (``n`` calls or messages); rates, CPU per call and reply bytes per call."""
+    received0 = client.received
+    stat0, run0 = proc_cpu_seconds(t.pid), proc_runtime_seconds(t.pid)
+    client0, wall0 = time.process_time(), time.perf_counter()
     fn()
     wall = time.perf_counter() - wall0
-    server = proc_cpu_seconds(t.pid) - server0
-    client = time.process_time() - client0
+    stat, run = proc_cpu_seconds(t.pid) - stat0, proc_runtime_seconds(t.pid) - run0
+    used = time.process_time() - client0
     return {
         "n": n,
         "per_s": n / wall,
-        "server_us": server / n * 1e6,
-        "client_us": client / n * 1e6,
+        "server_us": run / n * 1e6,
+        "server_us_stat": stat / n * 1e6,
+        "client_us": used / n * 1e6,
+        "reply_bytes": (client.received - received0) / n,
     }
 
 
@@ -647,7 +673,7 @@ def run_round(
                     f"{TOPIC}_recv_{size}_r{round_no}",
                     f"bench_floor_g{size}_r{round_no}",
                 )
-                n = args.count // BATCH * BATCH
+                n = args.count * 4 // BATCH * BATCH
                 if t.name == "trimq":
                     fill(t, topic, size, n + CHECKED * BATCH, deadline)
                 req = request_pieces("ReceiveMessage", receive_request(topic, group))
@@ -728,18 +754,19 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with ExitStack() as servers:
         work = Path(servers.enter_context(tempfile.TemporaryDirectory(prefix="bench-grpc-floor-")))
-        targets: dict[str, Target] = {}
+        #: size -> name -> target (the floor and null answer receives sized per body)
+        targets: dict[int, dict[str, Target]] = {size: {} for size in sizes}
         if "trimq" in names:
             pid, _, grpc_port = servers.enter_context(trimq_server(work, args.broker_root))
-            targets["trimq"] = Target("trimq", pid, grpc_port)
+            for size in sizes:
+                targets[size]["trimq"] = Target("trimq", pid, grpc_port)
         if "floor" in names:
-            # The floor answers as trimq does; the streamed reply is sized for the largest body.
-            unary_reply = response_pieces([send_response()])
-            stream_reply = response_pieces(receive_responses(TOPIC, max(sizes)))
-            f_pid, f_port, f_streamed = servers.enter_context(
-                floor_process(unary_reply, stream_reply)
-            )
-            targets["floor"] = Target("floor", f_pid, f_port, f_streamed)
+            # The floor answers as trimq does (its messages the size trimq's are).
+            replies = [response_pieces([send_response()])]
+            replies += [response_pieces(receive_responses(TOPIC, size)) for size in sizes]
+            f_pid, ports = servers.enter_context(floor_process(replies))
+            for size, port in zip(sizes, ports[1:], strict=True):
+                targets[size]["floor"] = Target("floor", f_pid, ports[0], port)
         if "null" in names:
             python = args.client_python
             if python is None:
@@ -751,15 +778,22 @@ def main() -> None:
             home.mkdir()
             env = {**os.environ, "HOME": str(home), "PYTHONDONTWRITEBYTECODE": "1"}
             env.pop("PYTHONPATH", None)
-            n_pid, n_port = servers.enter_context(null_server(python, env, work, max(sizes)))
-            targets["null"] = Target("null", n_pid, n_port)
-        listed = ", ".join(f"{t.name} pid {t.pid} port {t.port}" for t in targets.values())
-        print(f"servers: {listed}; loadavg {os.getloadavg()}", flush=True)
-        order = [n for n in NAMES if n in targets]
+            for size in sizes:
+                own = work / f"null-{size}"
+                own.mkdir()
+                n_pid, n_port = servers.enter_context(null_server(python, env, own, size))
+                targets[size]["null"] = Target("null", n_pid, n_port)
+        for size in sizes:
+            listed = ", ".join(
+                f"{t.name} pid {t.pid} port {t.port}" for t in targets[size].values()
+            )
+            print(f"{size} B: {listed}", flush=True)
+        print(f"loadavg {os.getloadavg()}", flush=True)
+        order = [n for n in NAMES if n in names]
         for round_no in range(args.runs):
             for size in sizes:
                 shift = (round_no * len(sizes) + sizes.index(size)) % len(order)
-                turn = [targets[n] for n in order[shift:] + order[:shift]]
+                turn = [targets[size][n] for n in order[shift:] + order[:shift]]
                 got = run_round(turn, size, round_no, args)
                 for row in got:
                     row["round"] = round_no
