@@ -729,6 +729,16 @@ def summarize(rows: list[dict[str, Any]]) -> str:
     return "\n".join([*lines, "", *aims])
 
 
+def _bad(line: str) -> bool:
+    low = line.lower()
+    return (
+        "traceback" in low
+        or '"level": "error"' in low
+        or '"level": "warning"' in low
+        or "exception" in low
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -800,6 +810,10 @@ def main() -> None:
                     print(json.dumps(row), flush=True)
                     write_row(args.out, row)
                 rows += got
+        log = work / "broker.log"
+        if log.exists():  # trimq's complaints during the run, if any
+            bad = [ln for ln in log.read_text(errors="replace").splitlines() if _bad(ln)]
+            print(f"trimq log: {len(bad)} error or warning lines", *bad[:5], sep="\n  ")
     print()
     print(f"medians of {args.runs} rounds; loadavg at the end {os.getloadavg()}; "
           f"python {sys.version.split()[0]}")  # fmt: skip
