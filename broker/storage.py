@@ -11,6 +11,7 @@ the nursery of :func:`serve_storage`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -23,6 +24,7 @@ import trio
 from broker.logs import get_logger
 from broker.offload import Offload, run_in_thread
 from broker.store.api import FlushMode, MessageToStore, PutResult, PutStatus
+from broker.store.checkpoint import Checkpoint
 from broker.store.store import MessageStore
 from broker.store.tickets import CheckpointTicket
 
@@ -65,6 +67,9 @@ class Storage:
         #: Fsyncs running in worker threads now (a truncation waits until there are none).
         self._offloaded = 0
         self._quiet = trio.Event()
+        #: The checkpoint file this object wrote last (its timestamp zeroed) and the store's
+        #: checkpoint count after it: a checkpoint that would write the same finds it there.
+        self._saved: tuple[Checkpoint, int] | None = None
 
     async def put(self, msg: MessageToStore) -> PutResult:
         """Store one message; in SYNC mode return only once it is durable.
@@ -155,6 +160,7 @@ class Storage:
         once per diverged handshake)."""
         while self._offloaded:  # each wait ends when an offloaded fsync returns
             await self._quiet.wait()
+        self._saved = None  # the truncation writes a checkpoint file of its own
         return self.store.truncate_to(offset)
 
     def _release(self, *, ok: bool) -> None:
@@ -186,16 +192,49 @@ class Storage:
 
     async def checkpoint_once(self, hooks: Sequence[CheckpointHook] = ()) -> None:
         """Advance the recovery checkpoint (fsyncs in a worker thread), first running the
-        writers ``hooks`` return (see :data:`CheckpointHook`)."""
+        writers ``hooks`` return (see :data:`CheckpointHook`).
+
+        A checkpoint that finds nothing to make durable (no log bytes, queue entries, key
+        index rows or consumer offsets written since the last one) and would write the same
+        file as the last one this object wrote, but for its timestamp, leaves that file
+        alone (its ``atomic_write`` is two fsyncs and a rename, every second on an idle or
+        pop-only broker); the hooks' writers still run."""
         store = self.store
         writers = [hook() for hook in hooks]
+        skip = False
+
+        def begin() -> CheckpointTicket:
+            nonlocal skip
+            ticket = store.checkpoint_begin()
+            skip = self._unchanged(ticket)
+            return ticket
 
         def sync(ticket: CheckpointTicket) -> None:
             for write in writers:
                 write()
-            store.checkpoint_sync(ticket)
+            if not skip:
+                store.checkpoint_sync(ticket)
 
-        await self._in_thread(store.checkpoint_begin, sync, store.checkpoint_end)
+        def end(ticket: CheckpointTicket) -> None:
+            store.checkpoint_end(ticket)
+            self._saved = (_timeless(ticket.checkpoint), store.statistics().checkpoints)
+
+        await self._in_thread(begin, sync, end)
+
+    def _unchanged(self, ticket: CheckpointTicket) -> bool:
+        """Whether ``ticket`` has nothing to write but a checkpoint file equal to the last
+        one written through this object (no other checkpoint of the store since)."""
+        saved = self._saved
+        return (
+            saved is not None
+            and not ticket.flush.fds
+            and ticket.flush.target <= self.store.durable_offset
+            and not ticket.queue_fds
+            and ticket.offsets_snapshot is None
+            and not ticket.index_rows
+            and saved[1] == self.store.statistics().checkpoints
+            and saved[0] == _timeless(ticket.checkpoint)
+        )
 
     def retention_once(self, now: float) -> int:
         """Delete expired segments if the disk is full past the ratio, or if this is the
@@ -253,6 +292,11 @@ class Storage:
                 for hook in hooks:
                     hook()()
                 self.store.close()
+
+
+def _timeless(checkpoint: Checkpoint) -> Checkpoint:
+    """``checkpoint`` but for its timestamp (``written_at_ms``: for operators only)."""
+    return dataclasses.replace(checkpoint, written_at_ms=0)
 
 
 #: Called on the trio thread before each checkpoint; returns a blocking writer that runs in
