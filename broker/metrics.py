@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import operator
 import os
 import re
 import threading
@@ -101,6 +102,8 @@ _COLUMN_TYPES: tuple[frozenset[type], ...] = tuple(
 )
 _TS = FIELD_NAMES.index("ts_ms")
 _LATENCY = FIELD_NAMES.index("latency_ms")
+#: The fields a line template is cached by: all but the two floats.
+_KEY_FIELDS = tuple(i for i in range(len(FIELDS)) if i not in (_TS, _LATENCY))
 
 
 def is_valid_event(obj: object) -> bool:
@@ -338,7 +341,7 @@ class MetricsWriter:
         return groups
 
     def _encode_batch(self, batch: list[_Row]) -> dict[int, list[str]] | None:
-        """:meth:`_by_hour` of a batch every row of which :meth:`_encode_rows` takes, each
+        """:meth:`_by_hour` of a batch every value of which :meth:`_encode_rows` takes, each
         hour's lines as one text; None (nothing done) for any other batch."""
         try:
             columns = self._columns(batch)
@@ -346,11 +349,14 @@ class MetricsWriter:
                 return None
             first, last = int(min(columns[_TS]) // _HOUR_MS), int(max(columns[_TS]) // _HOUR_MS)
             if first == last:
-                return {first: [self._encode_rows(batch)]}
+                return {first: [self._encode_rows(batch, columns)]}
             hours: dict[int, list[_Row]] = {}
             for row in batch:  # the hour changed within the batch: rare
                 hours.setdefault(int(row[_TS] // _HOUR_MS), []).append(row)
-            return {hour: [self._encode_rows(rows)] for hour, rows in hours.items()}
+            return {
+                hour: [self._encode_rows(rows, list(zip(*rows, strict=True)))]
+                for hour, rows in hours.items()
+            }
         except (TypeError, ValueError, OverflowError):
             return None
 
@@ -368,27 +374,28 @@ class MetricsWriter:
             return columns
         return None
 
-    def _encode_rows(self, rows: list[_Row]) -> str:
-        """The lines :meth:`_encode` writes for ``rows`` (which :meth:`_columns` accepted),
-        joined: per distinct set of values other than the two float fields, a ``%`` template
-        of the line (cached), filled with their ``repr`` (a float's JSON text, as
-        :meth:`_encode` writes it; an int's too).
+    def _encode_rows(self, rows: list[_Row], columns: list[tuple[Any, ...]]) -> str:
+        """The lines :meth:`_encode` writes for ``rows`` (``columns``: as :meth:`_columns`
+        accepted them), joined, in C-level passes over the batch: per distinct set of
+        values other than the two float fields a ``%`` template of the line (cached), filled
+        with their ``repr`` (a float's JSON text, as :meth:`_encode` writes it; an int's
+        too).
 
         Raises:
             ValueError: an int too long to print (as :meth:`_encode`).
         """
         templates = self._templates
-        out = []
-        for row in rows:
-            key = row[:_TS] + row[_TS + 1 : _LATENCY] + row[_LATENCY + 1 :]
-            template = templates.get(key)
-            if template is None:
-                template = self._template(row)
-                if len(templates) >= _TEXT_CACHE:
-                    templates.clear()
-                templates[key] = template
-            out.append(template % (row[_TS], row[_LATENCY]))
-        return "".join(out)
+        keys = list(zip(*[columns[i] for i in _KEY_FIELDS], strict=True))
+        found = list(map(templates.get, keys))
+        if None in found:
+            for i, template in enumerate(found):
+                if template is None:
+                    template = templates.get(keys[i]) or self._template(rows[i])
+                    if len(templates) >= _TEXT_CACHE:
+                        templates.clear()
+                    found[i] = templates[keys[i]] = template
+        pairs = zip(columns[_TS], columns[_LATENCY], strict=True)
+        return "".join(map(operator.mod, found, pairs))
 
     def _template(self, row: _Row) -> str:
         """The ``%`` template of ``row``'s line, ``%r`` in place of its two float fields."""
