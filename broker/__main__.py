@@ -16,6 +16,7 @@ import trio
 from broker.app import BrokerHandle, ListenError, serve_broker
 from broker.config import BrokerConfig, ConfigError, build_parser, load
 from broker.gc_tuning import collect_periodically, collect_young_periodically, tune_gc
+from broker.gil_tuning import tune_switch_interval
 from broker.ha.role import RoleConflict
 from broker.logs import configure
 
@@ -24,6 +25,7 @@ __all__ = ["build_parser", "main"]
 
 async def run(config: BrokerConfig) -> None:
     """Serve until SIGTERM/SIGINT, then stop gracefully."""
+    tune_switch_interval(config.gil_switch_ms)  # before the worker threads start
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             handle: BrokerHandle = await nursery.start(serve_broker, config)

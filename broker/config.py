@@ -76,6 +76,9 @@ class BrokerConfig:
     #: young and middle generations, and runs a full one every this many seconds
     #: (broker/gc_tuning.py; 0: the interpreter's own settings).
     gc_full_collect_s: float = 600.0
+    #: The GIL switch interval in milliseconds: how long a worker thread may keep the
+    #: event loop waiting for the GIL (broker/gil_tuning.py; 0: the interpreter's 5 ms).
+    gil_switch_ms: float = 0.5
     #: Connections from one source address, per port, beyond which new ones are closed at
     #: once (0: no cap).
     max_connections_per_ip: int = 1024
@@ -186,6 +189,8 @@ class BrokerConfig:
             raise ConfigError("max_waiting_per_connection must be at least 1")
         if self.gc_full_collect_s < 0:
             raise ConfigError("gc_full_collect_s must be 0 (off) or positive")
+        if not 0 <= self.gil_switch_ms <= 1000:
+            raise ConfigError("gil_switch_ms must be 0 (the interpreter's own) to 1000")
         if self.max_unsent_bytes_per_connection < 1:
             raise ConfigError("max_unsent_bytes_per_connection must be at least 1")
         if not 0 <= self.disk_full_ratio <= 1:
@@ -449,6 +454,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         help="full garbage collection every this many seconds, none automatic "
         "(default 600; 0: CPython's own settings)",
+    )
+    p.add_argument(
+        "--gil-switch-ms",
+        type=float,
+        help="GIL switch interval: how long a worker thread may keep the event loop "
+        "waiting (default 0.5; 0: CPython's own, 5)",
     )
     p.add_argument(
         "--idle-timeout-s",

@@ -16,6 +16,7 @@ from broker.config import BrokerConfig, ConfigError, from_sources, load
 DESIGN_FLAGS = (
     "--host",
     "--gc-full-collect-s",
+    "--gil-switch-ms",
     "--max-unsent-bytes-per-connection",
     "--port",
     "--data-dir",
