@@ -20,7 +20,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -260,6 +260,24 @@ class MetricsWriter:
              float(latency_ms), self._wake_mode(), found, retry_topic, origin_topic,
              reconsume_times)
         )  # fmt: skip
+
+    def emit_each(
+        self, kind: EventKind, events: Sequence[tuple[str, str | None, int | None, float]]
+    ) -> None:
+        """:meth:`emit` of each ``(topic, group, queue, latency_ms)`` of ``events``, in order
+        (a clock read each), in one call: the same rows, the same drops when full."""
+        if self.directory is None or not events:
+            return
+        room = self.max_buffer - len(self._buffer)
+        if room < len(events):
+            self._dropped_full += len(events) - max(room, 0)
+            events = events[: max(room, 0)]
+        clock, wake_mode, broker = self._clock_ms, self._wake_mode, self.broker
+        self._buffer += [
+            (SCHEMA_VERSION, float(clock()), kind, broker, topic, group, queue,
+             float(latency_ms), wake_mode(), None, None, None, None)
+            for topic, group, queue, latency_ms in events
+        ]  # fmt: skip
 
     def _take(self) -> list[_Row]:
         batch, self._buffer = self._buffer, []

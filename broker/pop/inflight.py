@@ -248,6 +248,21 @@ class InflightTable:
         )
         self._apply_pop(leases, cursor, attempt_id)
 
+    def popped_read(self, leases: Sequence[Lease], next_offset: int) -> None:
+        """:meth:`popped` of what one read of one queue found (at least one lease), not
+        orderly: ``leases`` share
+        their group, topic, queue, pop time, invisible time and origin topic, none consumed
+        before (what :meth:`popped` records with ``cursor=(group, topic, queue id,
+        next_offset)``), journaled as one ``pops`` op: those fields once and the offsets,
+        not a row per lease."""
+        first = leases[0]
+        g, t, q = first.group, first.topic, first.queue_id
+        self._op(
+            ["pops", g, t, q, first.pop_time, first.invisible_ms, first.origin_topic,
+             [lease.offset for lease in leases], next_offset]
+        )  # fmt: skip
+        self._apply_pop(leases, (g, t, q, next_offset), None)
+
     def ack(self, key: LeaseKey, pop_time: int, now_ms: int) -> Outcome:
         """Acknowledge the message the receipt ``(key, pop_time)`` names."""
         outcome = self._check(key, pop_time, now_ms)
@@ -261,9 +276,8 @@ class InflightTable:
         outcomes = [self._check(key, pop_time, now_ms) for key, pop_time in receipts]
         done = [key for (key, _), o in zip(receipts, outcomes, strict=True) if o is Outcome.OK]
         if done:
-            self._op(["acks", [list(key) for key in done]])
-            for key in done:
-                self._apply_ack(key)
+            self._op(["acks", done])  # msgpack packs a tuple as the list it was before
+            self._apply_acks(done)
         return outcomes
 
     def ack_each(self, receipts: Sequence[tuple[LeaseKey, int]], now_ms: int) -> list[Outcome]:
@@ -282,9 +296,8 @@ class InflightTable:
         if len(done) == 1:
             self._op(["ack", *done[0]])
         elif done:
-            self._op(["acks", [list(key) for key in done]])
-        for key in done:
-            self._apply_ack(key)
+            self._op(["acks", done])
+        self._apply_acks(done)
         return outcomes
 
     def change(
@@ -378,6 +391,11 @@ class InflightTable:
             self._apply_pop(
                 [Lease.from_list(r) for r in op[1]], tuple(cursor) if cursor else None, op[3]
             )
+        elif kind == "pops":
+            g, t, q, pop_time, invisible, origin = str(op[1]), str(op[2]), int(op[3]), *op[4:7]
+            pop_time, invisible, origin = int(pop_time), int(invisible), str(origin)
+            leases = [Lease(g, t, q, int(o), pop_time, invisible, origin) for o in op[7]]
+            self._apply_pop(leases, (g, t, q, int(op[8])), None)
         elif kind == "ack":
             self._apply_ack(_key(op[1:5]))
         elif kind == "acks":
@@ -489,6 +507,17 @@ class InflightTable:
         if cursor is not None:
             g, t, q, off = cursor
             self.cursors[(g, t, int(q))] = max(int(off), self.cursors.get((g, t, int(q)), 0))
+
+    def _apply_acks(self, keys: Iterable[LeaseKey]) -> None:
+        """:meth:`_apply_ack` of each key (leases of ``keys`` in flight: the checked ones)."""
+        leases = self.leases
+        for key in keys:
+            lease = leases.pop(key, None)
+            if lease is None:
+                continue
+            self.acked_count += 1
+            if lease.order:
+                self._release_order(lease)
 
     def _apply_ack(self, key: LeaseKey) -> None:
         lease = self.leases.pop(key, None)

@@ -229,7 +229,10 @@ class PopReader:
             return
         flag = RetryFlag.of_topic(topic)
         leases = self._take(req, topic, queue_id, flag, got, start, result)
-        self.table.popped(leases, cursor=(req.group, topic, queue_id, next_offset))
+        if flag is RetryFlag.NORMAL and leases:  # one origin topic: the request's
+            self.table.popped_read(leases, next_offset)
+        else:
+            self.table.popped(leases, cursor=(req.group, topic, queue_id, next_offset))
         self.store.offsets.commit(req.group, topic, queue_id, next_offset)
 
     def _take(

@@ -152,11 +152,27 @@ class PopEngine:
     ) -> list[Outcome]:
         """Run a table's multi-receipt ``ack``, then :meth:`_acked` for each lease it
         acknowledged (the leases are looked up first: the ack removes them)."""
-        leases = [self.table.leases.get(key) for key, _ in receipts]
+        get = self.table.leases.get
+        leases = [get(key) for key, _ in receipts]
         outcomes = ack(receipts, now_ms)
-        for lease, outcome in zip(leases, outcomes, strict=True):
-            if lease is not None and outcome is Outcome.OK:
-                self._acked(lease, now_ms)
+        ok = Outcome.OK
+        acked = [
+            lease
+            for lease, outcome in zip(leases, outcomes, strict=True)
+            if outcome is ok and lease is not None
+        ]
+        # Each one's _acked, in order: its events first (nothing else emits meanwhile).
+        if self.metrics is not None:
+            self.metrics.emit_each(
+                EventKind.ACK,
+                [
+                    (lease.origin_topic, lease.group, lease.queue_id, now_ms - lease.pop_time)
+                    for lease in acked
+                ],
+            )
+        for lease in acked:
+            if lease.order:
+                self._order_acked(lease)
         return outcomes
 
     def _acked(self, lease: Lease, now_ms: int) -> None:

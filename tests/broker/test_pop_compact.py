@@ -1,0 +1,140 @@
+"""The pop state's cheaper per-message paths against the ones they replace: a queue read
+journaled as one ``pops`` op (``InflightTable.popped_read``) replays to the table the
+per-lease ``pop`` op gives (and journals written before it still load), batch-ack ops whose
+keys are tuples pack to the bytes lists gave, and ``MetricsWriter.emit_each`` buffers what
+one ``emit`` per event buffers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgpack
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.metrics import EventKind, MetricsWriter
+from broker.pop.inflight import InflightTable, Lease, Op
+from broker.pop.journal import Journal
+
+names = st.sampled_from(["g", "T", "%RETRY%g_T", "ü", ""])
+
+
+@st.composite
+def reads(draw: st.DrawFn) -> tuple[list[Lease], int]:
+    group, topic, origin = draw(names), draw(names), draw(names)
+    queue_id = draw(st.integers(0, 7))
+    pop_time, invisible = draw(st.integers(0, 2**41)), draw(st.integers(1, 2**31))
+    offsets = draw(st.lists(st.integers(0, 2**40), min_size=1, max_size=32, unique=True))
+    leases = [
+        Lease(group, topic, queue_id, offset, pop_time, invisible, origin_topic=origin)
+        for offset in offsets
+    ]
+    return leases, max(offsets) + draw(st.integers(1, 3))
+
+
+def copy(lease: Lease) -> Lease:
+    return Lease.from_list(lease.to_list())
+
+
+def state(table: InflightTable) -> Any:
+    return (table.snapshot(), table.next_deadline(), len(table))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(reads(), min_size=1, max_size=6), st.data())
+def test_pops_op_replays_as_the_pop_ops(
+    reads_: list[tuple[list[Lease], int]], data: st.DataObject
+) -> None:
+    compact_ops: list[Op] = []
+    plain_ops: list[Op] = []
+    compact = InflightTable(on_op=compact_ops.append)
+    plain = InflightTable(on_op=plain_ops.append)
+    for leases, next_offset in reads_:
+        first = leases[0]
+        compact.popped_read([copy(x) for x in leases], next_offset)
+        cursor = (first.group, first.topic, first.queue_id, next_offset)
+        plain.popped([copy(x) for x in leases], cursor=cursor)
+    assert state(compact) == state(plain)
+    assert [op[0] for op in compact_ops] == ["pops"] * len(reads_)
+    # Both journals, through msgpack as the journal stores them, replay to the same table.
+    again = [InflightTable(), InflightTable()]
+    for table, ops in zip(again, (compact_ops, plain_ops), strict=True):
+        for op in ops:
+            table.apply(msgpack.unpackb(msgpack.packb(op), raw=False, strict_map_key=False))
+        assert state(table) == state(plain)
+    # Acked and expired alike afterwards.
+    now = data.draw(st.integers(0, 2**42))
+    keys = [(lease.key, lease.pop_time) for leases, _ in reads_ for lease in leases]
+    chosen = data.draw(st.lists(st.sampled_from(keys), max_size=8))
+    for table in (compact, plain, *again):
+        table.ack_many(chosen, now)
+    assert state(compact) == state(plain) == state(again[0]) == state(again[1])
+    assert [e.lease.key for e in compact.expire_due(now)] == [
+        e.lease.key for e in plain.expire_due(now)
+    ]
+
+
+def test_journal_of_both_ops_recovers(tmp_path: Path) -> None:
+    """A journal written before ``pops`` existed (``pop`` ops), continued with ``pops``."""
+    journal, _ = Journal.open(tmp_path)
+    table = InflightTable(on_op=journal.append)
+    old = [Lease("g", "T", 0, o, 1_000, 5_000, origin_topic="T") for o in (0, 1)]
+    table.popped(old, cursor=("g", "T", 0, 2))
+    table.popped_read([Lease("g", "T", 0, o, 1_001, 5_000, origin_topic="T") for o in (2, 3)], 4)
+    table.ack_many([(("g", "T", 0, 1), 1_000), (("g", "T", 0, 2), 1_001)], 2_000)
+    journal.close()
+    _, recovered = Journal.open(tmp_path)
+    replayed = InflightTable()
+    for op in recovered.ops:
+        replayed.apply(op)
+    assert [op[0] for op in recovered.ops] == ["pop", "pops", "acks"]
+    assert replayed.snapshot() == table.snapshot()
+    assert sorted(replayed.leases) == [("g", "T", 0, 0), ("g", "T", 0, 3)]
+    assert replayed.cursor("g", "T", 0) == 4
+
+
+def test_ack_ops_pack_as_before() -> None:
+    ops: list[Op] = []
+    table = InflightTable(on_op=ops.append)
+    table.popped_read([Lease("g", "T", 1, o, 1_000, 5_000, origin_topic="T") for o in range(4)], 4)
+    table.ack_many([(("g", "T", 1, 0), 1_000), (("g", "T", 1, 1), 1_000)], 1_500)
+    table.ack_each([(("g", "T", 1, 2), 1_000), (("g", "T", 1, 3), 1_000)], 1_500)
+    lists = [["g", "T", 1, 0], ["g", "T", 1, 1]]
+    assert msgpack.packb(ops[1]) == msgpack.packb(["acks", lists])
+    assert msgpack.packb(ops[2]) == msgpack.packb(["acks", [["g", "T", 1, 2], ["g", "T", 1, 3]]])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(names, st.none() | names, st.none() | st.integers(0, 9), st.integers(0, 10**6)),
+        max_size=12,
+    ),
+    st.integers(0, 14),
+    st.integers(0, 3),
+)
+def test_emit_each_is_emit_per_event(
+    events: list[tuple[str, str | None, int | None, int]], max_buffer: int, before: int
+) -> None:
+    def writer() -> MetricsWriter:
+        ticks = iter(range(10**6))
+        modes = iter(range(10**6))
+        w = MetricsWriter(
+            Path("/nonexistent"),
+            broker="b",
+            wake_mode=lambda: f"m{next(modes)}",
+            clock_ms=lambda: float(next(ticks)),
+            max_buffer=max_buffer,
+        )
+        for _ in range(before):
+            w.emit(EventKind.STORE, topic="x", latency_ms=1)
+        return w
+
+    one, each = writer(), writer()
+    for topic, group, queue, latency in events:
+        one.emit(EventKind.ACK, topic=topic, group=group, queue=queue, latency_ms=float(latency))
+    each.emit_each(EventKind.ACK, events)
+    assert one._buffer == each._buffer
+    assert [type(v) for r in one._buffer for v in r] == [type(v) for r in each._buffer for v in r]
+    assert one.statistics() == each.statistics()
