@@ -165,7 +165,11 @@ class InflightTable:
         #: Next offset a pop of (group, topic, queue) reads from.
         self.cursors: dict[QueueRef, int] = {}
         self.locks: dict[QueueRef, OrderLock] = {}
-        self._heap: list[tuple[int, int, LeaseKey]] = []
+        #: Deadline entries ``(due, seq, keys)``: the leases of ``keys`` whose ``heap_seq`` is
+        #: still ``seq`` and ``due_at`` still ``due`` are due then, in the list's order (the
+        #: leases of one pop share an entry; a key of a lease acked, changed or revived since
+        #: is stale, skipped and dropped from the list's front when met).
+        self._heap: list[tuple[int, int, list[LeaseKey]]] = []
         self._seq = itertools.count()
         self.acked_count = 0
         self.revived_count = 0
@@ -215,12 +219,15 @@ class InflightTable:
 
     def next_deadline(self) -> int | None:
         """The earliest moment something expires, epoch ms."""
-        while self._heap:
-            due, seq, key = self._heap[0]
-            lease = self.leases.get(key)
-            if lease is not None and lease.heap_seq == seq and lease.due_at == due:
-                return due
-            heapq.heappop(self._heap)  # stale entry: acked, changed or revived since
+        heap, leases = self._heap, self.leases
+        while heap:
+            due, seq, keys = heap[0]
+            for i, key in enumerate(keys):
+                lease = leases.get(key)
+                if lease is not None and lease.heap_seq == seq and lease.due_at == due:
+                    del keys[:i]  # the stale ones before it
+                    return due
+            heapq.heappop(heap)  # every key stale: acked, changed or revived since
         return None
 
     # ------------------------------------------------------------------ moves
@@ -334,14 +341,24 @@ class InflightTable:
         orderly ones stay for the next pop of their queue and are returned so the caller can
         wake it (or dead-letter them)."""
         out: list[Expired] = []
-        while self._heap and len(out) < limit and self._heap[0][0] <= now_ms:
-            due, seq, key = heapq.heappop(self._heap)
-            lease = self.leases.get(key)
-            if lease is None or lease.heap_seq != seq or lease.due_at != due:
-                continue
-            if not lease.order and lease.state is LeaseState.INVISIBLE:
-                lease.state = _move(lease.state, Move.EXPIRE)
-            out.append(Expired(lease))
+        heap, leases = self._heap, self.leases
+        while heap and len(out) < limit and heap[0][0] <= now_ms:
+            due, seq, keys = heap[0]
+            taken = 0
+            for key in keys:
+                if len(out) >= limit:
+                    break
+                taken += 1
+                lease = leases.get(key)
+                if lease is None or lease.heap_seq != seq or lease.due_at != due:
+                    continue
+                if not lease.order and lease.state is LeaseState.INVISIBLE:
+                    lease.state = _move(lease.state, Move.EXPIRE)
+                out.append(Expired(lease))
+            if taken == len(keys):
+                heapq.heappop(heap)
+            else:
+                del keys[:taken]
         return out
 
     def revived(self, key: LeaseKey) -> None:
@@ -478,7 +495,7 @@ class InflightTable:
 
     def _push(self, lease: Lease) -> None:
         lease.heap_seq = next(self._seq)
-        heapq.heappush(self._heap, (lease.due_at, lease.heap_seq, lease.key))
+        heapq.heappush(self._heap, (lease.due_at, lease.heap_seq, [lease.key]))
 
     def _apply_cursor(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.cursors[(group, topic, queue_id)] = offset
@@ -490,11 +507,21 @@ class InflightTable:
         attempt_id: str | None,
     ) -> None:
         table, heap, seq = self.leases, self._heap, self._seq
+        run: list[LeaseKey] = []  # the keys of the current heap entry (one per pop, usually)
+        run_due = n = -1
         for lease in leases:
             key = (lease.group, lease.topic, lease.queue_id, lease.offset)  # lease.key
+            due = lease.due_at
+            earlier = table.get(key)
+            if due != run_due or not run or (earlier is not None and earlier.heap_seq == n):
+                # _push, for the leases due at the same time (a key twice in one entry would
+                # be due twice: its second lease starts an entry of its own)
+                run, run_due, n = [key], due, next(seq)
+                heapq.heappush(heap, (due, n, run))
+            else:
+                run.append(key)
             table[key] = lease
-            lease.heap_seq = n = next(seq)  # _push, once per popped message
-            heapq.heappush(heap, (lease.due_at, n, key))
+            lease.heap_seq = n
             if lease.order:
                 ref = (lease.group, lease.topic, lease.queue_id)
                 lock = self.locks.get(ref)

@@ -6,6 +6,7 @@ one ``emit`` per event buffers."""
 
 from __future__ import annotations
 
+import heapq
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.metrics import EventKind, MetricsWriter
-from broker.pop.inflight import InflightTable, Lease, Op
+from broker.pop.inflight import Expired, InflightTable, Lease, LeaseKey, LeaseState, Op
 from broker.pop.journal import Journal
 
 names = st.sampled_from(["g", "T", "%RETRY%g_T", "ü", ""])
@@ -138,3 +139,120 @@ def test_emit_each_is_emit_per_event(
     assert one._buffer == each._buffer
     assert [type(v) for r in one._buffer for v in r] == [type(v) for r in each._buffer for v in r]
     assert one.statistics() == each.statistics()
+
+
+class PerLeaseHeap(InflightTable):
+    """The deadline heap as it was before pops shared entries: one ``(due, seq, key)`` per
+    lease (copied from ``broker/pop/inflight.py`` as of 4b05cd2)."""
+
+    def _push(self, lease: Lease) -> None:
+        lease.heap_seq = next(self._seq)
+        heapq.heappush(self._old, (lease.due_at, lease.heap_seq, lease.key))
+
+    def _apply_pop(self, leases: Any, cursor: Any, attempt_id: Any) -> None:
+        leases = list(leases)
+        super()._apply_pop(leases, cursor, attempt_id)  # its heap entries go unused
+        for lease in leases:
+            self._push(lease)
+
+    def next_deadline(self) -> int | None:
+        while self._old:
+            due, seq, key = self._old[0]
+            lease = self.leases.get(key)
+            if lease is not None and lease.heap_seq == seq and lease.due_at == due:
+                return due
+            heapq.heappop(self._old)
+        return None
+
+    def expire_due(self, now_ms: int, limit: int = 1024) -> list[Expired]:
+        out: list[Expired] = []
+        while self._old and len(out) < limit and self._old[0][0] <= now_ms:
+            due, seq, key = heapq.heappop(self._old)
+            lease = self.leases.get(key)
+            if lease is None or lease.heap_seq != seq or lease.due_at != due:
+                continue
+            if not lease.order and lease.state is LeaseState.INVISIBLE:
+                lease.state = LeaseState.REVIVING
+            out.append(Expired(lease))
+        return out
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._old: list[tuple[int, int, LeaseKey]] = []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("pop"),
+                st.lists(st.integers(0, 30), min_size=1, max_size=8),
+                st.integers(0, 3),  # pop time step
+                st.sampled_from([5, 10, 20]),  # invisible time
+            ),
+            st.tuples(
+                st.just("opop"),
+                st.lists(st.integers(0, 30), min_size=1, max_size=4),
+                st.integers(0, 3),
+            ),
+            st.tuples(st.just("ack"), st.lists(st.integers(0, 30), max_size=6)),
+            st.tuples(st.just("chg"), st.integers(0, 30), st.sampled_from([0, 5, 15])),
+            st.tuples(st.just("expire"), st.integers(0, 20), st.integers(1, 4)),
+            st.tuples(st.just("revived"), st.integers(0, 30)),
+            st.tuples(st.just("retry"), st.integers(0, 30), st.integers(0, 40)),
+        ),
+        max_size=40,
+    )
+)
+def test_shared_heap_entries_expire_as_per_lease_ones(steps: list[tuple[Any, ...]]) -> None:
+    new, old = InflightTable(), PerLeaseHeap()
+    now = 0
+    for step in steps:
+        kind = step[0]
+        for table in (new, old):
+            if kind == "pop":
+                offsets, dt, invisible = step[1], step[2], step[3]
+                pop_now = now + dt
+                leases = [
+                    Lease("g", "T", 0, o, pop_now, invisible, origin_topic="T")
+                    for o in dict.fromkeys(offsets)
+                    if ("g", "T", 0, o) not in table.leases
+                ]
+                if leases:
+                    table.popped_read(leases, max(offsets) + 1)
+            elif kind == "opop":  # orderly: due leases stay (the next pop takes them)
+                table.popped(
+                    [
+                        Lease("g", "T", 1, o, now + step[2], 10, origin_topic="T", order=True)
+                        for o in dict.fromkeys(step[1])
+                    ]
+                )
+            elif kind == "ack":
+                pairs = [
+                    (("g", "T", 0, o), table.leases[("g", "T", 0, o)].pop_time)
+                    for o in step[1]
+                    if ("g", "T", 0, o) in table.leases
+                ]
+                table.ack_each(pairs, now)
+            elif kind == "chg":
+                lease = table.leases.get(("g", "T", 0, step[1]))
+                if lease is not None:
+                    table.change(lease.key, lease.pop_time, now, step[2])
+            elif kind == "revived":
+                lease = table.leases.get(("g", "T", 0, step[1]))
+                if lease is not None and lease.state is LeaseState.REVIVING:
+                    table.revived(lease.key)
+            elif kind == "retry":
+                lease = table.leases.get(("g", "T", 0, step[1]))
+                if lease is not None and lease.state is LeaseState.REVIVING:
+                    table.retry_later(lease.key, now + step[2])
+        if kind == "expire":
+            now += step[1]
+            got = [[e.lease.key for e in t.expire_due(now, step[2])] for t in (new, old)]
+            assert got[0] == got[1]
+        assert new.next_deadline() == old.next_deadline()
+        assert new.snapshot() == old.snapshot()
+        assert {k: v.state for k, v in new.leases.items()} == {
+            k: v.state for k, v in old.leases.items()
+        }
