@@ -186,6 +186,8 @@ class Params:
     tag: str
     profile: Path | None = None  #: py-spy raw output of the drain (not the preload)
     py_spy: Path = PY_SPY  #: the py-spy executable
+    #: Sample only the thread holding the GIL (``py-spy --gil``): Python CPU, not GIL waits.
+    py_spy_gil: bool = False
 
 
 @dataclass
@@ -320,7 +322,9 @@ async def drain(p: Params, consumers: int, batch: bool) -> dict[str, float]:
         meter = Meter(p.pid)
         with ExitStack() as stack:
             if p.profile is not None:
-                stack.enter_context(py_spy(p.pid, p.profile, p.max_seconds + 60, p.py_spy))
+                stack.enter_context(
+                    py_spy(p.pid, p.profile, p.max_seconds + 60, p.py_spy, gil=p.py_spy_gil)
+                )
             meter.start()
             deadline = time.perf_counter() + p.max_seconds
             async with trio.open_nursery() as nursery:
@@ -417,10 +421,14 @@ def redis_round(
 
 # ---------------------------------------------------------------- profile
 @contextmanager
-def py_spy(pid: int, out: Path, limit_s: float, exe: Path = PY_SPY) -> Iterator[None]:
-    """``py-spy record --format raw`` of ``pid`` while entered (at most ``limit_s``)."""
+def py_spy(
+    pid: int, out: Path, limit_s: float, exe: Path = PY_SPY, *, gil: bool = False
+) -> Iterator[None]:
+    """``py-spy record --format raw`` of ``pid`` while entered (at most ``limit_s``; with
+    ``gil``, only the thread holding the GIL: a thread waiting for it is not sampled)."""
     argv = [str(exe), "record", "--pid", str(pid), "--format", "raw", "-o", str(out)]
     argv += ["--rate", "200", "--duration", str(math.ceil(limit_s))]
+    argv += ["--gil"] if gil else []
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     time.sleep(1.0)  # attached
     try:
@@ -551,6 +559,12 @@ def main() -> None:
     ap.add_argument("--profile-top", type=int, default=25)
     ap.add_argument("--py-spy", type=Path, default=PY_SPY, help="the py-spy executable")
     ap.add_argument(
+        "--py-spy-gil",
+        action="store_true",
+        help="sample only the thread holding the GIL (py-spy --gil): where the Python CPU "
+        "goes, without the samples of threads waiting for the GIL",
+    )
+    ap.add_argument(
         "--broker-root",
         type=Path,
         default=None,
@@ -621,7 +635,10 @@ def main() -> None:
             wl = args.profile_workload
             print(f"\nprofiling one {wl} run (size {size}) with py-spy", flush=True)
             p = dataclasses.replace(
-                params(size, f"profile{size}"), profile=args.profile, py_spy=args.py_spy
+                params(size, f"profile{size}"),
+                profile=args.profile,
+                py_spy=args.py_spy,
+                py_spy_gil=args.py_spy_gil,
             )
             res = trio.run(OURS[wl], p)
             print(f"[trimq] {wl} under py-spy: {res['msgs_per_s']:.0f} msgs/s", flush=True)
