@@ -265,17 +265,20 @@ class MetricsWriter:
         self, kind: EventKind, events: Sequence[tuple[str, str | None, int | None, float]]
     ) -> None:
         """:meth:`emit` of each ``(topic, group, queue, latency_ms)`` of ``events``, in order
-        (a clock read each), in one call: the same rows, the same drops when full."""
+        (a clock read each), in one call: the same rows, the same drops when full. The wake
+        mode is read once (the caller does not change it between the events)."""
         if self.directory is None or not events:
             return
         room = self.max_buffer - len(self._buffer)
         if room < len(events):
             self._dropped_full += len(events) - max(room, 0)
             events = events[: max(room, 0)]
-        clock, wake_mode, broker = self._clock_ms, self._wake_mode, self.broker
+        # The wake mode once: nothing runs between these events that could change it (the
+        # clock is read per event, as emit does).
+        clock, wake_mode, broker = self._clock_ms, self._wake_mode(), self.broker
         self._buffer += [
             (SCHEMA_VERSION, float(clock()), kind, broker, topic, group, queue,
-             float(latency_ms), wake_mode(), None, None, None, None)
+             float(latency_ms), wake_mode, None, None, None, None)
             for topic, group, queue, latency_ms in events
         ]  # fmt: skip
 
