@@ -26,7 +26,7 @@ from broker.offload import Offload, run_in_thread
 from broker.store.api import FlushMode, MessageToStore, PutResult, PutStatus
 from broker.store.checkpoint import Checkpoint
 from broker.store.store import MessageStore
-from broker.store.tickets import CheckpointTicket
+from broker.store.tickets import CheckpointTicket, FlushTicket
 
 T = TypeVar("T")
 
@@ -124,25 +124,38 @@ class Storage:
     async def flush_once(self) -> None:
         """One group commit: everything appended so far becomes durable."""
         store = self.store
-        if await self._in_thread(store.flush_begin, store.flush_sync, store.flush_end):
+        if await self._in_thread(
+            store.flush_begin, store.flush_sync, store.flush_end, idle=self._nothing_to_sync
+        ):
             self._fsyncs += 1
 
+    def _nothing_to_sync(self, ticket: FlushTicket) -> bool:
+        """Whether a flush has no descriptor to fsync and nothing to make durable (an idle
+        or read-only broker's periodic flush): then it needs no worker thread."""
+        return not ticket.fds and ticket.target <= self.store.durable_offset
+
     async def _in_thread(
-        self, begin: Callable[[], T], sync: Callable[[T], None], end: Callable[[T], object]
+        self,
+        begin: Callable[[], T],
+        sync: Callable[[T], None],
+        end: Callable[[T], object],
+        *,
+        idle: Callable[[T], bool] | None = None,
     ) -> bool:
         """Run a store ``*_begin/_sync/_end`` triple, the blocking ``_sync`` in a worker
         thread (``offload``); then wake the puts it made durable, or fail them all on a disk
-        error."""
+        error. A ticket ``idle`` says has nothing to sync skips the thread (and ``sync``)."""
         try:
             ticket = begin()
-            self._offloaded += 1
-            try:
-                await self._offload(partial(sync, ticket))
-            finally:
-                self._offloaded -= 1
-                if not self._offloaded:
-                    self._quiet.set()
-                    self._quiet = trio.Event()
+            if idle is None or not idle(ticket):
+                self._offloaded += 1
+                try:
+                    await self._offload(partial(sync, ticket))
+                finally:
+                    self._offloaded -= 1
+                    if not self._offloaded:
+                        self._quiet.set()
+                        self._quiet = trio.Event()
         except OSError as exc:
             self._disk_errors += 1
             self.store.note_disk_error(exc)

@@ -120,3 +120,25 @@ async def test_serve_skips_idle_checkpoints(
             assert store.statistics().checkpoints >= 10
             nursery.cancel_scope.cancel()
     assert saves.count <= 2  # the first periodic one, the clean close's
+
+
+async def test_idle_flush_needs_no_thread(tmp_path: Path) -> None:
+    calls: list[object] = []
+
+    async def counting(fn: Callable[[], T], /, *, abandon_on_cancel: bool = False) -> T:
+        calls.append(fn)
+        return fn()
+
+    store = open_store(tmp_path)
+    storage = Storage(store, offload=counting)
+    await storage.flush_once()  # nothing appended: no worker thread
+    assert calls == [] and storage.statistics().fsyncs == 1
+    result = store.put_nowait(MessageToStore("T", 0, b"x"))
+    assert store.durable_offset < result.end_offset
+    await storage.flush_once()
+    assert len(calls) == 1 and store.durable_offset >= result.end_offset
+    await storage.flush_once()  # durable already
+    assert len(calls) == 1 and storage.statistics().fsyncs == 3
+    await storage.checkpoint_once()  # a checkpoint still syncs in a thread (its hooks)
+    assert len(calls) == 2
+    store.close()
