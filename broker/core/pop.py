@@ -380,6 +380,7 @@ class PopService:
         """
         errors: list[TrimqError | None] = [None] * len(acks)
         todo: list[tuple[int, LeaseKey, int]] = []
+        replica = self.is_replica()  # asked once: nothing in this call changes the answer
         for i, (group, topic, queue_id, offset, text) in enumerate(acks):
             try:
                 plain = plain_receipt(text)
@@ -388,7 +389,8 @@ class PopService:
                     flag, pop_time = receipt.retry_flag, receipt.pop_time_ms
                 else:
                     flag, pop_time = plain[4], plain[1]
-                self._refuse_on_replica()
+                if replica:
+                    raise BrokerError(POP_ON_REPLICA, code=ResponseCode.SERVICE_NOT_AVAILABLE)
                 self._validate_group(group)
                 key = _key(group, topic, queue_id, offset, flag)
             except TrimqError as exc:

@@ -280,8 +280,9 @@ class InflightTable:
 
     def ack_many(self, receipts: Sequence[tuple[LeaseKey, int]], now_ms: int) -> list[Outcome]:
         """Acknowledge several ``(key, pop time)`` receipts with one journal op (a batch ack)."""
-        outcomes = [self._check(key, pop_time, now_ms) for key, pop_time in receipts]
-        done = [key for (key, _), o in zip(receipts, outcomes, strict=True) if o is Outcome.OK]
+        check, ok = self._check, Outcome.OK
+        outcomes = [check(key, pop_time, now_ms) for key, pop_time in receipts]
+        done = [key for (key, _), o in zip(receipts, outcomes, strict=True) if o is ok]
         if done:
             self._op(["acks", done])  # msgpack packs a tuple as the list it was before
             self._apply_acks(done)
@@ -489,7 +490,8 @@ class InflightTable:
             # An older receipt (changed since) or a newer one than we know (a receipt of a
             # pop before a restart that was never journaled cannot be: pops journal first).
             return Outcome.STALE if pop_time < lease.pop_time else Outcome.UNKNOWN
-        if lease.state is not LeaseState.INVISIBLE or lease.deadline <= now_ms:
+        # lease.deadline, inline (once per ack)
+        if lease.state is not LeaseState.INVISIBLE or pop_time + lease.invisible_ms <= now_ms:
             return Outcome.EXPIRED
         return Outcome.OK
 

@@ -11,12 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker.clock import ManualClock
+from broker.core.pop import POP_ON_REPLICA, PopService
 from broker.metrics import EventKind, MetricsWriter
 from broker.pop.inflight import Expired, InflightTable, Lease, LeaseKey, LeaseState, Op
 from broker.pop.journal import Journal
+from protocol.codes import ResponseCode
+from protocol.receipt import ExtraInfo, RetryFlag
 
 names = st.sampled_from(["g", "T", "%RETRY%g_T", "ü", ""])
 
@@ -255,3 +260,32 @@ def test_shared_heap_entries_expire_as_per_lease_ones(steps: list[tuple[Any, ...
         assert {k: v.state for k, v in new.leases.items()} == {
             k: v.state for k, v in old.leases.items()
         }
+
+
+def test_ack_burst_on_a_replica_refuses_each_after_its_receipt_check() -> None:
+    """The replica question is asked once per burst; each ack still gets the error it
+    would get alone (a malformed receipt first, then the replica's refusal)."""
+    asked: list[int] = []
+
+    def is_replica() -> bool:
+        asked.append(1)
+        return True
+
+    service = PopService(
+        None,  # type: ignore[arg-type]  # never reached on a replica
+        None,  # type: ignore[arg-type]
+        ManualClock(0),
+        trio.Event(),
+        max_hold_ms=0,
+        is_replica=is_replica,
+    )
+    good = ExtraInfo(0, 1_000, 5_000, 0, RetryFlag.NORMAL, "b", 0, 3).encode()
+    errors = service.ack_texts(
+        [("g", "T", 0, 3, "x y"), ("g", "T", 0, 3, good), ("g", "T", 0, 3, good)]
+    )
+    assert [e.code if e else None for e in errors] == [
+        ResponseCode.INVALID_PARAMETER,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+    ]
+    assert str(errors[1]) == POP_ON_REPLICA and len(asked) == 1
