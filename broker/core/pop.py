@@ -101,18 +101,24 @@ class PopBatch:
         """
         records = [r for chunk in self.result.records for r in _split(chunk)]
         starts = {(s.retry_flag, s.queue_id): s.start_offset for s in self.result.start_offsets}
+        revive_qid = POP_ORDER_REVIVE_QUEUE if self.request.order else REVIVE_QID
+        broker_name = self.broker_name
+        flags: dict[str, RetryFlag] = {}  # by lease topic: one or two topics per pop
         out = []
         for lease, record in zip(self.result.leases, records, strict=True):
-            flag = RetryFlag.of_topic(lease.topic)
+            topic, queue_id, offset = lease.topic, lease.queue_id, lease.offset
+            flag = flags.get(topic)
+            if flag is None:
+                flag = flags[topic] = RetryFlag.of_topic(topic)
             receipt = ExtraInfo(
-                starts.get((flag, lease.queue_id), lease.offset),
+                starts.get((flag, queue_id), offset),
                 lease.pop_time,
                 lease.invisible_ms,
-                POP_ORDER_REVIVE_QUEUE if self.request.order else REVIVE_QID,
+                revive_qid,
                 flag,
-                self.broker_name,
-                lease.queue_id,
-                lease.offset,
+                broker_name,
+                queue_id,
+                offset,
             )
             out.append(Popped(lease, record, receipt))
         return out
