@@ -111,6 +111,9 @@ class Journal:
         self._sync_lock = threading.Lock()  # serialises sync() (never taken by the owner)
         self._snapshot_lock = threading.Lock()
         self._snapshot_generation = base
+        #: (generation, size) the last completed sync covered: a sync finding the same and no
+        #: retired descriptor has nothing to do (an idle broker's checkpoint, every second).
+        self._synced: tuple[int, int] | None = None
         # One packer for the owner thread's appends: msgpack.packb builds one per call, which
         # cost more than the op's encoding (the same bytes: packb is Packer(...).pack).
         self._pack = msgpack.Packer(use_bin_type=True).pack
@@ -229,6 +232,9 @@ class Journal:
             with self._fd_lock:
                 if self._fd < 0:
                     return  # closed
+                at = (self.generation, self.size)  # appends so far: the fsync covers them
+                if not self._retired and at == self._synced:
+                    return
                 fds, self._retired = [*self._retired, os.dup(self._fd)], []
             try:
                 for fd in fds:  # bounded by the rotations since the last sync
@@ -241,6 +247,7 @@ class Journal:
             finally:
                 for fd in fds:
                     os.close(fd)
+            self._synced = at
 
     def close(self) -> None:
         """Close the files (idempotent); later appends raise :class:`JournalUnusableError`."""

@@ -7,10 +7,12 @@ one ``emit`` per event buffers."""
 from __future__ import annotations
 
 import heapq
+import os
 from pathlib import Path
 from typing import Any
 
 import msgpack
+import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -289,3 +291,36 @@ def test_ack_burst_on_a_replica_refuses_each_after_its_receipt_check() -> None:
         ResponseCode.SERVICE_NOT_AVAILABLE,
     ]
     assert str(errors[1]) == POP_ON_REPLICA and len(asked) == 1
+
+
+def test_journal_sync_with_nothing_new_does_not_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    journal, _ = Journal.open(tmp_path)
+    journal.sync()  # the first one always syncs
+    first = len(synced)
+    assert first >= 1
+    journal.sync()
+    assert len(synced) == first  # nothing appended since
+    journal.append(["cur", "g", "T", 0, 1])
+    journal.sync()
+    assert len(synced) == first + 1
+    journal.sync()
+    assert len(synced) == first + 1
+    journal.rotate({})  # a new generation: its file and the old one
+    journal.sync()
+    assert len(synced) > first + 1
+    n = len(synced)
+    journal.sync()
+    assert len(synced) == n
+    journal.close()
+    _, recovered = Journal.open(tmp_path)
+    assert recovered.ops == [["cur", "g", "T", 0, 1]]  # no snapshot written: replayed
