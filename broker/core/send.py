@@ -240,6 +240,62 @@ class SendService:
         # Unchanged unless sync replication timed out: no copy of the outcome per send.
         return outcome if result is outcome.result else outcome._replace(result=result)
 
+    def send_nowait(self, req: SendRequest) -> SendOutcome | None:
+        """:meth:`send` without its waits, for a burst of sends that waits once
+        (:meth:`settle`): a plain message is appended now and its outcome returned *before*
+        it is durable or replicated — the caller must not answer it before :meth:`settle`.
+        None, with nothing done, for a send that needs :meth:`send` (a half message, a
+        delayed one). Raises as :meth:`send` (nothing stored)."""
+        config = self.topic_for_send(req.topic, req.default_topic, req.default_topic_queue_nums)
+        queue_id = self._queue_id(config, req.queue_id)
+        topic, queue_id = self._dlq_redirect(req, queue_id)
+        if is_half(req.properties) and topic == req.topic:
+            return None
+        try:
+            if delivery_time(req.properties, self.clock.now_ms()) is not None:
+                return None
+        except ValueError:
+            return None  # send() refuses it with its words
+        self._check_in_sync()
+        msg = MessageToStore(
+            topic, queue_id, req.body, req.properties, req.flag,
+            req.sys_flag & ~SYSFLAG_TRANSACTION_MASK, req.born_timestamp, req.born_host,
+            req.reconsume_times, 0, req.properties_text if topic == req.topic else None,
+        )  # fmt: skip
+        return SendOutcome(self.storage.store.put_nowait(msg), topic, queue_id)
+
+    async def settle(self, outcomes: Sequence[SendOutcome]) -> list[SendOutcome]:
+        """Wait, once for all of them, until the messages :meth:`send_nowait` stored are
+        durable (SYNC flush) and replicated (sync replication); each outcome as :meth:`send`
+        would have answered it: ``DISK_ERROR`` for a message the fsync did not cover,
+        ``FLUSH_SLAVE_TIMEOUT`` for one too few replicas hold in time."""
+        stored = [o.result.end_offset for o in outcomes if o.result.ok]
+        if not stored:
+            return list(outcomes)
+        end = max(stored)
+        durable = await self.storage.wait_durable(end)
+        replicated = durable and await self.replicas.wait_replicated(end) is SyncOutcome.OK
+        if replicated:
+            return list(outcomes)
+        # A failure: what each message would have got alone (offsets only grow, so what
+        # covers the last covers every one before it).
+        durable_to = self.storage.store.durable_offset if not durable else end
+        confirmed = self.replicas.confirmed() if durable else 0
+        remark = self.storage.store.statistics().last_disk_error
+        settled = []
+        for o in outcomes:
+            result = o.result
+            if not result.ok:
+                pass
+            elif result.end_offset > durable_to:
+                result = PutResult(PutStatus.DISK_ERROR, remark=remark)
+            elif durable and result.end_offset > confirmed:
+                result = result._replace(
+                    status=PutStatus.FLUSH_SLAVE_TIMEOUT, remark=_NOT_ACKNOWLEDGED
+                )
+            settled.append(o if result is o.result else o._replace(result=result))
+        return settled
+
     def _check_in_sync(self) -> None:
         """Sync replication refuses a send before its append when too few replicas are in
         sync (Kafka's NotEnoughReplicas), so that a producer's retry cannot duplicate it.

@@ -21,7 +21,7 @@ moment it becomes true: a graceful stop waits for that instead of polling.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import trio
@@ -97,6 +97,19 @@ class Connection:
         if self.closed:
             return
         await self._write(encode_reply(self.protocol, request, reply))
+
+    async def send_responses(
+        self, answered: Iterable[tuple[RemotingCommand, RemotingCommand | None]]
+    ) -> None:
+        """Send the replies of several requests (None: no reply) in one write, in order."""
+        if self.closed:
+            return
+        protocol = self.protocol
+        data = b"".join(
+            [encode_reply(protocol, cmd, reply) for cmd, reply in answered if reply is not None]
+        )
+        if data:
+            await self._write(data)
 
     def hold(self, data: bytes) -> None:
         """Keep an encoded frame for the reader's next :meth:`flush` (counted as unsent)."""

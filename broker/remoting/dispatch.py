@@ -12,8 +12,8 @@ anything else is a ``SYSTEM_ERROR`` and is logged.
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Final, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from broker.logs import get_logger
 from protocol.codes import ResponseCode
@@ -48,6 +48,20 @@ GroupHandler = Callable[
     [Ctx, "Connection", Sequence[RemotingCommand]], list[RemotingCommand | None]
 ]
 
+#: ``def store(ctx, conn, cmd)``: in SYNC mode, the part of a storing request that needs no
+#: wait — its message appended now, in the reader, so a burst is stored in the order it
+#: arrived — as a token for its ``settle``; None, with nothing done, when the request needs
+#: its :data:`Handler` after all (a delayed or half message: run from the start in a task).
+StoreHandler = Callable[[Ctx, "Connection", RemotingCommand], object | None]
+#: ``async def settle(ctx, conn, stored)``: the replies, in order, of the ``(request,
+#: token)`` pairs a burst's ``store`` calls gave, after one wait for all of them (their
+#: fsync): a reply goes out only once its message is durable, as its handler alone would
+#: answer it.
+SettleHandler = Callable[
+    [Ctx, "Connection", Sequence[tuple[RemotingCommand, object]]],
+    Awaitable[list[RemotingCommand]],
+]
+
 
 class Registry(Generic[Ctx]):
     """Request code → handler for one kind of server."""
@@ -63,6 +77,8 @@ class Registry(Generic[Ctx]):
         self.quick: dict[int, QuickHandler[Ctx]] = {}
         #: Codes whose consecutive requests in one read run together, by these.
         self.groups: dict[int, GroupHandler[Ctx]] = {}
+        #: Storing codes whose consecutive requests wait for one fsync together (SYNC mode).
+        self.durable: dict[int, tuple[StoreHandler[Ctx], SettleHandler[Ctx]]] = {}
 
     def register(
         self,
@@ -73,11 +89,14 @@ class Registry(Generic[Ctx]):
         stores: bool = False,
         quick: QuickHandler[Ctx] | None = None,
         group: GroupHandler[Ctx] | None = None,
+        durable: tuple[StoreHandler[Ctx], SettleHandler[Ctx]] | None = None,
     ) -> None:
         """Serve ``codes`` with ``handler``; ``parks``: it may hold the request (a long
         poll); ``stores``: it waits for durability in SYNC mode; ``quick``: answers a parking
         request at once when it need not wait (:meth:`answer_now`); ``group``: answers
-        consecutive requests of one code together (:meth:`answer_group`).
+        consecutive requests of one code together (:meth:`answer_group`); ``durable``: in
+        SYNC mode, stores consecutive requests of one code now and waits for them together
+        (:meth:`store_group`).
 
         Raises:
             ValueError: a code already has another handler (a table with a duplicate row).
@@ -94,6 +113,8 @@ class Registry(Generic[Ctx]):
                 self.quick[int(code)] = quick
             if group is not None:
                 self.groups[int(code)] = group
+            if durable is not None:
+                self.durable[int(code)] = durable
 
     def may_wait(self, code: int, *, sync: bool) -> bool:
         """Whether a request with ``code`` may wait long enough to need a task of its own."""
@@ -144,6 +165,58 @@ class Registry(Generic[Ctx]):
         except Exception as exc:
             replies = [self._failed(cmd, exc) for cmd in cmds]
         return [None if cmd.is_oneway else r for cmd, r in zip(cmds, replies, strict=True)]
+
+    def store_group(
+        self,
+        ctx: Ctx,
+        conn: Connection,
+        cmds: Sequence[RemotingCommand],
+        refuse: Callable[[RemotingCommand], RemotingCommand | None] = lambda _: None,
+    ) -> tuple[int, Coroutine[Any, Any, list[RemotingCommand | None]]]:
+        """Store consecutive requests of one code with a ``durable`` pair now, in order,
+        until one needs its handler: how many were taken (the rest must be dispatched each
+        in a task), and the awaitable of the taken ones' replies, in order (None for a
+        oneway one; close it unawaited when none was taken). A request that ``refuse``
+        answers, or whose store raised, gets that answer (as :meth:`dispatch` would give
+        it) with the others, after their wait."""
+        store, settle = self.durable[cmds[0].code]
+        answers: list[RemotingCommand | None] = []  # None: stored, answered by settle
+        stored: list[tuple[RemotingCommand, object]] = []
+        for cmd in cmds:
+            answer = refuse(cmd)
+            if answer is None:
+                try:
+                    token = store(ctx, conn, cmd)
+                except Exception as exc:
+                    answer = self._failed(cmd, exc)
+                else:
+                    if token is None:
+                        break
+                    stored.append((cmd, token))
+            answers.append(answer)
+        return len(answers), self._settled(ctx, conn, settle, cmds, answers, stored)
+
+    async def _settled(
+        self,
+        ctx: Ctx,
+        conn: Connection,
+        settle: SettleHandler[Ctx],
+        cmds: Sequence[RemotingCommand],
+        answers: list[RemotingCommand | None],
+        stored: list[tuple[RemotingCommand, object]],
+    ) -> list[RemotingCommand | None]:
+        replies: list[RemotingCommand] = []
+        if stored:
+            try:
+                replies = await settle(ctx, conn, stored)
+            except Exception as exc:  # a bug: every stored one answered as dispatch would
+                replies = [self._failed(cmd, exc) for cmd, _ in stored]
+        settled = iter(replies)
+        out: list[RemotingCommand | None] = []
+        for cmd, answer in zip(cmds, answers, strict=False):  # cmds: the taken ones first
+            reply = next(settled) if answer is None else answer
+            out.append(None if cmd.is_oneway else reply)
+        return out
 
     def _failed(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
         """The reply to a request whose handler raised ``exc`` (called in the ``except``

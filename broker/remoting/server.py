@@ -32,7 +32,7 @@ scope.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, NoReturn, Protocol, TypeVar
@@ -106,6 +106,17 @@ class Dispatcher(Protocol):
         no reply), found without waiting."""
 
     @property
+    def durable_grouped(self) -> frozenset[int]:
+        """Storing codes whose consecutive requests are stored in the reader and wait for
+        one fsync together (SYNC mode; :meth:`store_group`)."""
+
+    def store_group(
+        self, conn: Connection, cmds: Sequence[RemotingCommand]
+    ) -> tuple[int, Coroutine[Any, Any, list[RemotingCommand | None]]]:
+        """Store consecutive requests of one :attr:`durable_grouped` code now, in order:
+        how many it took, and the coroutine of their replies (after their fsync)."""
+
+    @property
     def shortest_queue_bound_s(self) -> float:
         """The least of :meth:`queue_bound_s` over every code (a cheap first test)."""
 
@@ -155,6 +166,7 @@ class BoundRegistry(Generic[Ctx]):
         self._queue_wait_s = queue_wait_s
         self.shortest_queue_bound_s = min(send_queue_wait_s, queue_wait_s)
         self.grouped = frozenset(registry.groups) - self._waiting
+        self.durable_grouped = frozenset(registry.durable) if sync else frozenset()
 
     def dispatch(self, conn: Connection, cmd: RemotingCommand) -> Awaitable[RemotingCommand | None]:
         """Run the handler of ``cmd.code`` (errors become error replies), unless the guard
@@ -182,6 +194,15 @@ class BoundRegistry(Generic[Ctx]):
         if self.guard is not None and (refusal := self._refusal(conn, cmd)) is not None:
             return None if cmd.is_oneway else refusal
         return self.registry.answer_now(self.ctx, conn, cmd)
+
+    def store_group(
+        self, conn: Connection, cmds: Sequence[RemotingCommand]
+    ) -> tuple[int, Coroutine[Any, Any, list[RemotingCommand | None]]]:
+        """The registry's :meth:`~broker.remoting.dispatch.Registry.store_group`; the guard's
+        refusals answered in their places."""
+        if self.guard is None:
+            return self.registry.store_group(self.ctx, conn, cmds)
+        return self.registry.store_group(self.ctx, conn, cmds, lambda cmd: self._refusal(conn, cmd))
 
     def answer_group(
         self, conn: Connection, cmds: Sequence[RemotingCommand]
@@ -566,6 +587,7 @@ async def _run_requests(
     protocol = conn.protocol
     shortest_bound = dispatcher.shortest_queue_bound_s
     grouped = dispatcher.grouped
+    durable_grouped = dispatcher.durable_grouped
     after: Event | None = None  # read past a group of requests: handled next
     while True:
         try:
@@ -590,6 +612,8 @@ async def _run_requests(
             elif (over := _over_connection_cap(limits, conn)) is not None:
                 state.busy += 1
                 _refuse_busy(conn, cmd, over)
+            elif cmd.code in durable_grouped:
+                after = _store_group(dispatcher, limits, state, conn, nursery, cmd, received_at)
             elif not _answer_now(dispatcher, state, conn, cmd):
                 conn.waiting += 1
                 nursery.start_soon(_run_request, dispatcher, state, conn, cmd, received_at)
@@ -659,23 +683,7 @@ def _run_group(
     (at most ``_MAX_HELD``; one past its queue bound is left for the caller to refuse), in
     the reader; their replies are held for the burst's write, in order. Returns the event
     read past them (None: nothing more was complete), which the caller handles next."""
-    protocol = conn.protocol
-    cmds = [first]
-    after: Event | None = None
-    while len(cmds) < _MAX_HELD:  # bounded
-        try:
-            event = protocol.next_event()
-        except ProtocolError:
-            break  # broken framing: the caller's next read raises it again
-        if event is NEED_DATA:
-            break
-        if type(event) is Request and event.command.code == first.code:
-            waited = trio.current_time() - received_at
-            if waited <= dispatcher.queue_bound_s(first.code):
-                cmds.append(event.command)
-                continue
-        after = event
-        break
+    cmds, after = _same_code_behind(dispatcher, conn, first, received_at, _MAX_HELD)
     for _ in cmds:
         state.request_started()
     try:
@@ -687,6 +695,83 @@ def _run_group(
         for _ in cmds:
             state.request_finished()
     return after
+
+
+def _same_code_behind(
+    dispatcher: Dispatcher,
+    conn: Connection,
+    first: RemotingCommand,
+    received_at: float,
+    most: int,
+) -> tuple[list[RemotingCommand], Event | None]:
+    """``first`` and the requests of its code right behind it in what was read, at most
+    ``most`` in all; one past its queue bound is left for the caller to refuse. Returns them
+    and the event read past them (None: nothing more was complete), which the caller
+    handles next."""
+    protocol = conn.protocol
+    cmds = [first]
+    while len(cmds) < most:  # bounded
+        try:
+            event = protocol.next_event()
+        except ProtocolError:
+            break  # broken framing: the caller's next read raises it again
+        if event is NEED_DATA:
+            break
+        if type(event) is Request and event.command.code == first.code:
+            waited = trio.current_time() - received_at
+            if waited <= dispatcher.queue_bound_s(first.code):
+                cmds.append(event.command)
+                continue
+        return cmds, event
+    return cmds, None
+
+
+def _store_group(
+    dispatcher: Dispatcher,
+    limits: ServerLimits,
+    state: ServerState,
+    conn: Connection,
+    nursery: trio.Nursery,
+    first: RemotingCommand,
+    received_at: float,
+) -> Event | None:
+    """SYNC mode: ``first`` and the requests of its code right behind it (as many as the
+    connection may still have waiting, at most ``_MAX_HELD``) stored now, in the reader, in
+    the order they came; one task waits for their fsync and writes their replies in one go
+    (a task, an fsync wait and a write per send cost more than the send). Those the store
+    hands back (a delayed or half message) get a task each, as before. Returns the event
+    read past them, which the caller handles next."""
+    room = min(_MAX_HELD, limits.max_waiting_per_connection - conn.waiting)
+    cmds, after = _same_code_behind(dispatcher, conn, first, received_at, max(1, room))
+    taken, replies = dispatcher.store_group(conn, cmds)
+    conn.waiting += len(cmds)
+    if taken:
+        for _ in range(taken):
+            state.request_started()
+        nursery.start_soon(_settle_group, state, conn, cmds[:taken], replies)
+    else:
+        replies.close()
+    for cmd in cmds[taken:]:
+        nursery.start_soon(_run_request, dispatcher, state, conn, cmd, received_at)
+    return after
+
+
+async def _settle_group(
+    state: ServerState,
+    conn: Connection,
+    cmds: list[RemotingCommand],
+    replies: Coroutine[Any, Any, list[RemotingCommand | None]],
+) -> None:
+    """Wait for a stored group's fsync, then write its replies (counted in ``conn.waiting``
+    by its starter)."""
+    try:
+        answers = await replies
+        await conn.send_responses(zip(cmds, answers, strict=True))
+    finally:
+        conn.waiting -= len(cmds)
+        conn.last_active = trio.current_time()
+        for _ in cmds:  # only once the replies are handed over (see _run_request)
+            state.request_finished()
 
 
 def _answer_now(

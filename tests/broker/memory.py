@@ -25,7 +25,7 @@ from broker.app import BrokerHandleStatistics
 from broker.config import BrokerConfig
 from broker.core.broker import Broker, open_broker
 from broker.deadlines import TrioWallClock
-from broker.offload import run_inline
+from broker.offload import Offload, run_inline
 from broker.remoting.context import BrokerContext
 from broker.remoting.processors import broker_dispatcher
 from broker.remoting.server import BoundRegistry, ServerLimits, handle_stream
@@ -70,13 +70,16 @@ def memory_config(data_dir: Path, settings: Mapping[str, Any]) -> BrokerConfig:
 
 
 @asynccontextmanager
-async def open_memory_broker(data_dir: Path, **settings: Any) -> AsyncIterator[MemoryBroker]:
+async def open_memory_broker(
+    data_dir: Path, *, offload: Offload = run_inline, **settings: Any
+) -> AsyncIterator[MemoryBroker]:
     """Run a broker in ``data_dir`` served over memory streams, its wall clock on trio's
-    (``ORIGIN_MS`` at trio time 0); on exit its connections close and it stops cleanly."""
+    (``ORIGIN_MS`` at trio time 0); on exit its connections close and it stops cleanly.
+    ``offload`` runs its blocking file work (default: inline)."""
     config = memory_config(data_dir, settings)
     clock = TrioWallClock(ORIGIN_MS)
     async with open_broker(
-        config, port=PORT, clock=clock, disk_probe=lambda _: 0.0, offload=run_inline
+        config, port=PORT, clock=clock, disk_probe=lambda _: 0.0, offload=offload
     ) as broker:
         dispatcher = broker_dispatcher(broker)
         ctx = dispatcher.ctx

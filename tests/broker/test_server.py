@@ -13,9 +13,10 @@ import json
 import math
 import struct
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -724,6 +725,13 @@ class FakeDispatcher:
         self, conn: Connection, cmds: Sequence[RemotingCommand]
     ) -> list[RemotingCommand | None]:
         raise AssertionError("no grouped codes")
+
+    durable_grouped: frozenset[int] = frozenset()
+
+    def store_group(
+        self, conn: Connection, cmds: Sequence[RemotingCommand]
+    ) -> tuple[int, Coroutine[Any, Any, list[RemotingCommand | None]]]:
+        raise AssertionError("no durable grouped codes")
 
     def queue_bound_s(self, code: int) -> float:
         return self.shortest_queue_bound_s

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from broker.acl import AclGuard
 from broker.core.broker import Broker
 from broker.remoting.context import BrokerContext
-from broker.remoting.dispatch import GroupHandler, Handler, QuickHandler, Registry
+from broker.remoting.dispatch import (
+    GroupHandler,
+    Handler,
+    QuickHandler,
+    Registry,
+    SettleHandler,
+    StoreHandler,
+)
 from broker.remoting.processors import (
     ack,
     admin,
@@ -46,6 +53,9 @@ class Entry:
     quick: QuickHandler[BrokerContext] | None = None
     #: Answers consecutive requests of its code in one read together (in the reader).
     group: GroupHandler[BrokerContext] | None = None
+    #: SYNC flush mode: stores consecutive requests of its code in the reader, in order,
+    #: and answers them after one wait for their fsync (one task for the burst).
+    durable: tuple[StoreHandler[BrokerContext], SettleHandler[BrokerContext]] | None = None
 
 
 #: Every request code the broker serves.
@@ -98,6 +108,7 @@ TABLE: tuple[Entry, ...] = (
         ),
         send.send_message,
         stores=True,
+        durable=(send.store_message, send.settle_messages),
     ),
     Entry((RequestCode.SEND_BATCH_MESSAGE,), send.send_batch, stores=True),
     Entry((RequestCode.CONSUMER_SEND_MSG_BACK,), sendback.send_back, stores=True),
@@ -116,6 +127,7 @@ def build_registry() -> Registry[BrokerContext]:
             stores=entry.stores,
             quick=entry.quick,
             group=entry.group,
+            durable=entry.durable,
         )
     return registry
 

@@ -7,10 +7,10 @@ stored message → ``SendMessageResponseHeader`` (a batch's msgIds and UNIQ_KEYs
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
-from broker.core.send import BatchSendRequest, SendRequest, born_host_of
+from broker.core.send import BatchSendRequest, SendOutcome, SendRequest, born_host_of
 from broker.remoting.connection import Connection
 from broker.remoting.context import BrokerContext
 from broker.store.api import Host, PutResult, PutStatus
@@ -76,13 +76,38 @@ async def send_message(
     ctx: BrokerContext, conn: Connection, cmd: RemotingCommand
 ) -> RemotingCommand:
     """Store one message and answer with its msgId, queue and queue offset."""
+    outcome = await ctx.broker.sends.send(_request(conn, cmd))
+    return _reply(cmd, outcome.result, outcome.queue_id)
+
+
+def store_message(ctx: BrokerContext, conn: Connection, cmd: RemotingCommand) -> object | None:
+    """SYNC mode, a burst of sends: :func:`send_message`'s message appended now (not yet
+    durable: :func:`settle_messages` answers it); None for one that needs
+    :func:`send_message` (delayed, half)."""
+    return ctx.broker.sends.send_nowait(_request(conn, cmd))
+
+
+async def settle_messages(
+    ctx: BrokerContext, conn: Connection, stored: Sequence[tuple[RemotingCommand, object]]
+) -> list[RemotingCommand]:
+    """The replies of a burst of :func:`store_message` sends, once all are durable (and
+    replicated): each as :func:`send_message` would answer it."""
+    outcomes = []
+    for _, outcome in stored:
+        assert isinstance(outcome, SendOutcome)  # what store_message gave
+        outcomes.append(outcome)
+    settled = await ctx.broker.sends.settle(outcomes)
+    return [
+        _reply(cmd, outcome.result, outcome.queue_id)
+        for (cmd, _), outcome in zip(stored, settled, strict=True)
+    ]
+
+
+def _request(conn: Connection, cmd: RemotingCommand) -> SendRequest:
     request = None
     if cmd.code == RequestCode.SEND_MESSAGE_V2:
         request = _plain_v2_request(cmd.ext_fields, cmd.body, _born_host(conn.peer))
-    if request is None:
-        request = _typed_request(cmd, conn.peer)
-    outcome = await ctx.broker.sends.send(request)
-    return _reply(cmd, outcome.result, outcome.queue_id)
+    return _typed_request(cmd, conn.peer) if request is None else request
 
 
 def _typed_request(cmd: RemotingCommand, peer: str) -> SendRequest:
