@@ -121,18 +121,20 @@ def serve_floor(port_out: Any) -> None:
 
 
 @contextmanager
-def floor_process() -> Iterator[tuple[int, int]]:
-    """Run the floor server; yields (pid, port); SIGTERM by pid at the end."""
+def spawned_server(target: Callable[..., None], *args: Any) -> Iterator[tuple[int, Any]]:
+    """Run ``target(pipe, *args)`` in a spawned process, which sends what it serves on (its
+    port or ports) through ``pipe`` once listening; yields (pid, that); SIGTERM by pid at
+    the end."""
     ctx = mp.get_context("spawn")
     receive, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=serve_floor, args=(send,), daemon=True)
+    proc = ctx.Process(target=target, args=(send, *args), daemon=True)
     proc.start()
     try:
         if not receive.poll(30):
-            raise RuntimeError("the floor server did not start within 30 s")
-        port = int(receive.recv())
+            raise RuntimeError(f"{target.__name__} did not start within 30 s")
+        served = receive.recv()
         assert proc.pid is not None
-        yield proc.pid, port
+        yield proc.pid, served
     finally:
         if proc.pid is not None and proc.is_alive():
             os.kill(proc.pid, signal.SIGTERM)
@@ -140,6 +142,13 @@ def floor_process() -> Iterator[tuple[int, int]]:
         if proc.is_alive():
             proc.kill()
             proc.join(5)
+
+
+@contextmanager
+def floor_process() -> Iterator[tuple[int, int]]:
+    """Run the floor server; yields (pid, port); SIGTERM by pid at the end."""
+    with spawned_server(serve_floor) as (pid, port):
+        yield pid, int(port)
 
 
 def free_port() -> int:
@@ -419,7 +428,8 @@ def run_round(targets: list[Target], size: int, args: argparse.Namespace) -> lis
     return rows
 
 
-def _median(rows: list[dict[str, Any]], target: str, workload: str, size: int, key: str) -> float:
+def median_of(rows: list[dict[str, Any]], target: str, workload: str, size: int, key: str) -> float:
+    """The median of ``key`` over the rows of one target, workload and size (nan: none)."""
     vals = [
         r[key]
         for r in rows
@@ -438,9 +448,9 @@ def summarize(rows: list[dict[str, Any]]) -> str:
     keys = sorted({(r["workload"], r["size"]) for r in rows}, key=lambda k: (k[1], k[0]))
     for workload, size in keys:
         ours, floor, redis = (
-            _median(rows, n, workload, size, "per_s") for n in ("trimq", "floor", "redis")
+            median_of(rows, n, workload, size, "per_s") for n in ("trimq", "floor", "redis")
         )
-        cpu = [_median(rows, n, workload, size, "server_us") for n in ("trimq", "floor", "redis")]
+        cpu = [median_of(rows, n, workload, size, "server_us") for n in ("trimq", "floor", "redis")]
         lines.append(
             f"| {workload} | {size} | {ours:,.0f} | {floor:,.0f} | {redis:,.0f} "
             f"| {ours / floor:.2f} | {ours / redis:.2f} | {cpu[0]:.1f} | {cpu[1]:.1f} "
@@ -468,6 +478,8 @@ def main() -> None:
         "--broker-root", type=Path, help="run the broker of this checkout (a before/after)"
     )
     args = parser.parse_args()
+    if args.backlog <= 0 or args.backlog % BATCH:
+        parser.error(f"--backlog must be a positive multiple of {BATCH} (pulls read {BATCH})")
     sizes = [int(s) for s in args.sizes.split(",")]
     rows: list[dict[str, Any]] = []
     for round_no in range(args.runs):

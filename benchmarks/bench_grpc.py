@@ -136,6 +136,17 @@ def wait_for_line(path: Path, proc: subprocess.Popen[Any], marker: str) -> dict[
     raise RuntimeError(f"no {marker!r} line within {STARTUP_TIMEOUT} s: {path}")
 
 
+def official_client_python(given: Path | None) -> Path:
+    """``given``, or the python of the official client's interop venv (made if missing)."""
+    if given is not None:
+        return given
+    from scripts.interop_setup import ensure
+
+    python = ensure("py-grpc").python
+    assert python is not None
+    return Path(python)
+
+
 @contextmanager
 def trimq_server(
     work: Path, root: Path | None = None, name: str = "broker"
@@ -492,12 +503,7 @@ def main() -> None:
     workloads = [w for w in args.workloads.split(",") if w]
     if unknown := set(workloads) - set(WORKLOADS):
         raise SystemExit(f"unknown workloads {sorted(unknown)}")
-    python = args.client_python
-    if python is None:
-        from scripts.interop_setup import ensure
-
-        python = ensure("py-grpc").python
-        assert python is not None
+    python = official_client_python(args.client_python)
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-grpc-")))
         home = work / "home"

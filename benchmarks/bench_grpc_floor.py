@@ -58,11 +58,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import signal
 import socket
-import statistics
 import struct
 import sys
 import tempfile
@@ -76,7 +74,8 @@ from typing import Any
 import trio
 
 from benchmarks.bench_broker import proc_cpu_seconds, write_row
-from benchmarks.bench_grpc import null_server, trimq_server
+from benchmarks.bench_floor import median_of, spawned_server
+from benchmarks.bench_grpc import null_server, official_client_python, trimq_server
 from broker.sockio import SocketReader, send_now
 from protocol.grpc import http2, schema
 from protocol.grpc.codes import Code
@@ -377,23 +376,8 @@ def serve_floor(port_out: Any, replies: list[Pieces], sockio: bool = False) -> N
 @contextmanager
 def floor_process(replies: list[Pieces], sockio: bool = False) -> Iterator[tuple[int, list[int]]]:
     """Run the floor server; yields (pid, a port per reply); SIGTERM by pid."""
-    ctx = mp.get_context("spawn")
-    receive, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=serve_floor, args=(send, replies, sockio), daemon=True)
-    proc.start()
-    try:
-        if not receive.poll(30):
-            raise RuntimeError("the floor server did not start within 30 s")
-        ports = [int(p) for p in receive.recv()]
-        assert proc.pid is not None
-        yield proc.pid, ports
-    finally:
-        if proc.pid is not None and proc.is_alive():
-            os.kill(proc.pid, signal.SIGTERM)
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(5)
+    with spawned_server(serve_floor, replies, sockio) as (pid, ports):
+        yield pid, [int(p) for p in ports]
 
 
 # ---------------------------------------------------------------- the raw client
@@ -691,15 +675,6 @@ def run_round(
 
 
 # ---------------------------------------------------------------- report
-def _median(rows: list[dict[str, Any]], target: str, workload: str, size: int, key: str) -> float:
-    vals = [
-        r[key]
-        for r in rows
-        if r["target"] == target and r["workload"] == workload and r["size"] == size
-    ]
-    return statistics.median(vals) if vals else float("nan")
-
-
 NAMES = ("trimq", "floor", "null")
 
 
@@ -719,9 +694,9 @@ def summarize(rows: list[dict[str, Any]]) -> str:
     )
     aims: list[str] = []
     for workload, size in keys:
-        rate = [_median(rows, n, workload, size, "per_s") for n in NAMES]
-        cpu = [_median(rows, n, workload, size, "server_us") for n in NAMES]
-        client = [_median(rows, n, workload, size, "client_us") for n in NAMES]
+        rate = [median_of(rows, n, workload, size, "per_s") for n in NAMES]
+        cpu = [median_of(rows, n, workload, size, "server_us") for n in NAMES]
+        client = [median_of(rows, n, workload, size, "client_us") for n in NAMES]
         lines.append(
             f"| {workload} | {size} | {rate[0]:,.0f} | {rate[1]:,.0f} | {rate[2]:,.0f} "
             f"| {ratio(rate[0], rate[1]):.2f} | {cpu[0]:.1f} | {cpu[1]:.1f} | {cpu[2]:.1f} "
@@ -793,12 +768,7 @@ def main() -> None:
             for size, port in zip(sizes, ports[1:], strict=True):
                 targets[size]["floor"] = Target("floor", f_pid, ports[0], port)
         if "null" in names:
-            python = args.client_python
-            if python is None:
-                from scripts.interop_setup import ensure
-
-                python = ensure("py-grpc").python
-                assert python is not None
+            python = official_client_python(args.client_python)
             home = work / "home"
             home.mkdir()
             env = {**os.environ, "HOME": str(home), "PYTHONDONTWRITEBYTECODE": "1"}
