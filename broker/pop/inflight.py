@@ -280,18 +280,34 @@ class InflightTable:
 
     def ack_many(self, receipts: Sequence[tuple[LeaseKey, int]], now_ms: int) -> list[Outcome]:
         """Acknowledge several ``(key, pop time)`` receipts with one journal op (a batch ack)."""
+        return self.ack_many_leases(receipts, now_ms)[0]
+
+    def ack_many_leases(
+        self, receipts: Sequence[tuple[LeaseKey, int]], now_ms: int
+    ) -> tuple[list[Outcome], list[Lease]]:
+        """:meth:`ack_many`, and the lease of each receipt it acknowledged, in receipt order
+        (a key twice in ``receipts``: its lease twice, as a lookup before the ack finds)."""
         check, ok = self._check, Outcome.OK
         outcomes = [check(key, pop_time, now_ms) for key, pop_time in receipts]
         done = [key for (key, _), o in zip(receipts, outcomes, strict=True) if o is ok]
-        if done:
-            self._op(["acks", done])  # msgpack packs a tuple as the list it was before
-            self._apply_acks(done)
-        return outcomes
+        if not done:
+            return outcomes, []
+        self._op(["acks", done])  # msgpack packs a tuple as the list it was before
+        leases = self.leases
+        acked = [leases[key] for key in done]
+        self._apply_acks(done)
+        return outcomes, acked
 
     def ack_each(self, receipts: Sequence[tuple[LeaseKey, int]], now_ms: int) -> list[Outcome]:
         """Acknowledge ``(key, pop time)`` receipts as as many :meth:`ack` calls one after
         another would (a second receipt of a message acked earlier in the same call is
         ``UNKNOWN``), with one journal op: ``ack`` for one, ``acks`` for more."""
+        return self.ack_each_leases(receipts, now_ms)[0]
+
+    def ack_each_leases(
+        self, receipts: Sequence[tuple[LeaseKey, int]], now_ms: int
+    ) -> tuple[list[Outcome], list[Lease]]:
+        """:meth:`ack_each`, and the leases it acknowledged, in receipt order."""
         outcomes: list[Outcome] = []
         done: list[LeaseKey] = []
         taken: set[LeaseKey] = set()
@@ -305,8 +321,9 @@ class InflightTable:
             self._op(["ack", *done[0]])
         elif done:
             self._op(["acks", done])
+        acked = [self.leases[key] for key in done]  # each once (a repeat is UNKNOWN)
         self._apply_acks(done)
-        return outcomes
+        return outcomes, acked
 
     def change(
         self, key: LeaseKey, pop_time: int, now_ms: int, invisible_ms: int

@@ -136,32 +136,24 @@ class PopEngine:
     def ack_many(self, receipts: list[tuple[LeaseKey, int]], now_ms: int) -> list[Outcome]:
         """Batch ack ``(key, pop time)`` receipts: one journal op; raises OSError when the
         journal cannot record it (then nothing changed)."""
-        return self._ack_with(self.table.ack_many, receipts, now_ms)
+        return self._ack_with(self.table.ack_many_leases, receipts, now_ms)
 
     def ack_each(self, receipts: list[tuple[LeaseKey, int]], now_ms: int) -> list[Outcome]:
         """Acknowledge ``(key, pop time)`` receipts as one :meth:`ack` after another would,
         in one journal op (:meth:`InflightTable.ack_each`); raises OSError when the journal
         cannot record it (then nothing changed)."""
-        return self._ack_with(self.table.ack_each, receipts, now_ms)
+        return self._ack_with(self.table.ack_each_leases, receipts, now_ms)
 
     def _ack_with(
         self,
-        ack: Callable[[list[tuple[LeaseKey, int]], int], list[Outcome]],
+        ack: Callable[[list[tuple[LeaseKey, int]], int], tuple[list[Outcome], list[Lease]]],
         receipts: list[tuple[LeaseKey, int]],
         now_ms: int,
     ) -> list[Outcome]:
-        """Run a table's multi-receipt ``ack``, then :meth:`_acked` for each lease it
-        acknowledged (the leases are looked up first: the ack removes them)."""
-        get = self.table.leases.get
-        leases = [get(key) for key, _ in receipts]
-        outcomes = ack(receipts, now_ms)
-        ok = Outcome.OK
-        acked = [
-            lease
-            for lease, outcome in zip(leases, outcomes, strict=True)
-            if outcome is ok and lease is not None
-        ]
-        # Each one's _acked, in order: its events first (nothing else emits meanwhile).
+        """Run a table's multi-receipt ``ack`` (one that also returns the leases it
+        acknowledged), then what :meth:`_acked` does for each of them, in order: their
+        latency events (one buffer call), an orderly queue's release."""
+        outcomes, acked = ack(receipts, now_ms)
         if self.metrics is not None:
             self.metrics.emit_each(
                 EventKind.ACK,

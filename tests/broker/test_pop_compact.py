@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from broker.clock import ManualClock
 from broker.core.pop import POP_ON_REPLICA, PopService
 from broker.metrics import EventKind, MetricsWriter
-from broker.pop.inflight import Expired, InflightTable, Lease, LeaseKey, LeaseState, Op
+from broker.pop.inflight import Expired, InflightTable, Lease, LeaseKey, LeaseState, Op, Outcome
 from broker.pop.journal import Journal
 from protocol.codes import ResponseCode
 from protocol.receipt import ExtraInfo, RetryFlag
@@ -324,3 +324,30 @@ def test_journal_sync_with_nothing_new_does_not_fsync(
     journal.close()
     _, recovered = Journal.open(tmp_path)
     assert recovered.ops == [["cur", "g", "T", 0, 1]]  # no snapshot written: replayed
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(0, 9), max_size=12),
+    st.lists(st.integers(0, 9), max_size=12),
+    st.integers(900, 2_100),
+)
+def test_acks_return_the_leases_they_acknowledged(
+    popped: list[int], acked: list[int], now: int
+) -> None:
+    """What ``PopEngine`` emits ACK events for: the leases a lookup before the ack found,
+    of the receipts acknowledged, in receipt order."""
+    for method in ("ack_many", "ack_each"):
+        table = InflightTable()
+        leases = [Lease("g", "T", 0, o, 1_000, 1_000, "T") for o in dict.fromkeys(popped)]
+        if leases:
+            table.popped_read(leases, max(popped) + 1)
+        receipts = [(("g", "T", 0, o), 1_000 if o % 3 else 999) for o in acked]
+        before = [table.leases.get(key) for key, _ in receipts]
+        outcomes, got = getattr(table, f"{method}_leases")(receipts, now)
+        expected = [
+            lease
+            for lease, outcome in zip(before, outcomes, strict=True)
+            if lease is not None and outcome is Outcome.OK
+        ]
+        assert [id(x) for x in got] == [id(x) for x in expected]
