@@ -31,7 +31,7 @@ from broker.schedule import (
 )
 from broker.storage import PendingDurable, Storage
 from broker.store.api import GetStatus, MessageToStore, PutResult
-from broker.store.files import atomic_write, read_optional
+from broker.store.files import StateFile, read_optional
 from broker.topics import TopicManager
 from protocol.codes import ResponseCode
 from protocol.errors import BrokerError
@@ -83,6 +83,8 @@ class TimerService:
         self.store = storage.store
         self.topics = topics
         self.path = path
+        #: Its checkpoint writes, skipped when the file holds the bytes already.
+        self._file = StateFile(path)
         self.clock_ms = clock_ms
         self.schedule = Schedule()
         #: Tells the deadline loop about a new deadline.
@@ -253,4 +255,4 @@ class TimerService:
         # A copy that became durable while its delivery was still waiting on the fsync may be
         # below the checkpoint's safe offset: recovery would not rescan it, so count it here.
         data = self.schedule.snapshot(self._in_flight.durable_keys())
-        return lambda: atomic_write(self.path, data)
+        return self._file.writer(data)

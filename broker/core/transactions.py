@@ -47,7 +47,7 @@ from broker.halves import DISCARD_TOPIC, HALF_TOPIC, OP_TOPIC, TRAN_OP, Half, Ha
 from broker.logs import get_logger
 from broker.storage import PendingDurable, Storage
 from broker.store.api import GetStatus, MessageToStore, PutResult
-from broker.store.files import atomic_write, read_optional
+from broker.store.files import StateFile, read_optional
 from broker.timers import TimerService
 from broker.topics import TopicManager
 from protocol.codes import ResponseCode
@@ -161,6 +161,8 @@ class TransactionService:
         self.clients = clients
         self.clock = clock
         self.path = path
+        #: Its checkpoint writes, skipped when the file holds the bytes already.
+        self._file = StateFile(path)
         #: Tells the deadline loop about a new deadline.
         self.poke = poke
         self.table = HalfTable()
@@ -425,7 +427,7 @@ class TransactionService:
         # A decision record durable below the checkpoint's offset would not be rescanned
         # after a crash: count it as decided here.
         data = self.table.snapshot(self._in_flight.durable_keys())
-        return lambda: atomic_write(self.path, data)
+        return self._file.writer(data)
 
     def statistics(self) -> TransactionStatistics:
         """A snapshot of the counters."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from broker.store.files import atomic_write, read_optional
+from broker.store.files import StateFile, read_optional
 
 
 class ConfirmedOffset:
@@ -37,7 +37,8 @@ class ConfirmedOffset:
             self.value = int(data) if data is not None else 0
         except ValueError:
             raise ValueError(f"{path}: not an offset") from None
-        self._written = self.value
+        # What the file says (0 when absent: nothing to write until it moves).
+        self._file = StateFile(path, _encode(self.value))
 
     def advance(self, offset: int) -> bool:
         """Take ``offset`` if it is newer; returns whether it was (never goes back)."""
@@ -53,18 +54,9 @@ class ConfirmedOffset:
 
     def before_checkpoint(self) -> Callable[[], None]:
         """A storage checkpoint hook: the writer persists the value taken now (run in a
-        worker thread; nothing when it did not move)."""
-        value = self.value
-        if value == self._written:
-            return _nothing
-
-        def write() -> None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.path, f"{value}\n".encode())
-            self._written = value
-
-        return write
+        worker thread; nothing when the file holds it already)."""
+        return self._file.writer(_encode(self.value))
 
 
-def _nothing() -> None:
-    """No change to persist."""
+def _encode(value: int) -> bytes:
+    return f"{value}\n".encode()

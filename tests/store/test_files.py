@@ -198,3 +198,45 @@ def test_abort_marker_lifecycle(tmp_path: Path) -> None:
     assert not _exists(marker)
     marker.remove()
     assert _only(tmp_path) == []
+
+
+def test_a_state_file_is_rewritten_only_when_its_bytes_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "config" / "state.json"
+    writes: list[bytes] = []
+    real = files.atomic_write
+
+    def counting(p: Path, data: bytes) -> None:
+        writes.append(data)
+        real(p, data)
+
+    monkeypatch.setattr(files, "atomic_write", counting)
+    state = files.StateFile(path)
+    state.writer(b"a")()  # the directory is made on the first write
+    state.writer(b"a")()
+    assert (path.read_bytes(), writes) == (b"a", [b"a"])
+    state.writer(b"b")()
+    state.writer(b"b")()
+    assert (path.read_bytes(), writes) == (b"b", [b"a", b"b"])
+    # Known at start-up: not written again until it changes.
+    held = files.StateFile(path, b"b")
+    held.writer(b"b")()
+    assert writes == [b"a", b"b"]
+
+
+def test_a_state_file_write_that_failed_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "state.json"
+    state = files.StateFile(path)
+
+    def failing(p: Path, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files, "atomic_write", failing)
+    with pytest.raises(OSError, match="No space"):
+        state.writer(b"x")()
+    monkeypatch.undo()
+    state.writer(b"x")()  # not taken for written: tried again
+    assert path.read_bytes() == b"x"
