@@ -80,7 +80,7 @@ class Storage:
         result = self.store.put_nowait(msg)
         if not result.ok or await self.wait_durable(result.end_offset):
             return result
-        return PutResult(PutStatus.DISK_ERROR, remark=self.store.statistics().last_disk_error)
+        return self.not_durable()
 
     async def put_many(self, msgs: Sequence[MessageToStore]) -> list[PutResult]:
         """Store messages back to back, as one unit (a batch send): nothing else is appended
@@ -98,10 +98,13 @@ class Storage:
             if not result.ok:
                 return results
         if results and not await self.wait_durable(results[-1].end_offset):
-            results.append(
-                PutResult(PutStatus.DISK_ERROR, remark=self.store.statistics().last_disk_error)
-            )
+            results.append(self.not_durable())
         return results
+
+    def not_durable(self) -> PutResult:
+        """The answer to a put its fsync failed to make durable (the record stays in the log
+        and may still be delivered: at-least-once, as with a producer retry)."""
+        return PutResult(PutStatus.DISK_ERROR, remark=self.store.statistics().last_disk_error)
 
     async def wait_durable(self, end_offset: int, *, even_async: bool = False) -> bool:
         """Wait until the log is durable up to ``end_offset`` (at once in ASYNC mode unless

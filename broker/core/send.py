@@ -221,20 +221,11 @@ class SendService:
                 stored) in sync replication with too few replicas in sync.
             IllegalNameError: the topic name is illegal.
         """
-        config = self.topic_for_send(req.topic, req.default_topic, req.default_topic_queue_nums)
-        queue_id = self._queue_id(config, req.queue_id)
-        topic, queue_id = self._dlq_redirect(req, queue_id)
-        # Transaction bits are the broker's to set (a commit's copy): never a producer's.
-        sys_flag = req.sys_flag & ~SYSFLAG_TRANSACTION_MASK
-        msg = MessageToStore(
-            topic, queue_id, req.body, req.properties, req.flag, sys_flag,
-            req.born_timestamp, req.born_host, req.reconsume_times, 0,
-            req.properties_text if topic == req.topic else None,
-        )  # fmt: skip
+        msg = self._message(req)
         self._check_in_sync()
-        if is_half(req.properties) and topic == req.topic:
+        if is_half(req.properties) and msg.topic == req.topic:
             result = await self.halves.prepare(msg)
-            return SendOutcome(await self._replicated(result), topic, queue_id)
+            return SendOutcome(await self._replicated(result), msg.topic, msg.queue_id)
         outcome = await self._store(msg)
         result = await self._replicated(outcome.result)
         # Unchanged unless sync replication timed out: no copy of the outcome per send.
@@ -246,10 +237,8 @@ class SendService:
         it is durable or replicated — the caller must not answer it before :meth:`settle`.
         None, with nothing done, for a send that needs :meth:`send` (a half message, a
         delayed one). Raises as :meth:`send` (nothing stored)."""
-        config = self.topic_for_send(req.topic, req.default_topic, req.default_topic_queue_nums)
-        queue_id = self._queue_id(config, req.queue_id)
-        topic, queue_id = self._dlq_redirect(req, queue_id)
-        if is_half(req.properties) and topic == req.topic:
+        msg = self._message(req)
+        if is_half(req.properties) and msg.topic == req.topic:
             return None
         try:
             if delivery_time(req.properties, self.clock.now_ms()) is not None:
@@ -257,12 +246,7 @@ class SendService:
         except ValueError:
             return None  # send() refuses it with its words
         self._check_in_sync()
-        msg = MessageToStore(
-            topic, queue_id, req.body, req.properties, req.flag,
-            req.sys_flag & ~SYSFLAG_TRANSACTION_MASK, req.born_timestamp, req.born_host,
-            req.reconsume_times, 0, req.properties_text if topic == req.topic else None,
-        )  # fmt: skip
-        return SendOutcome(self.storage.store.put_nowait(msg), topic, queue_id)
+        return SendOutcome(self.storage.store.put_nowait(msg), msg.topic, msg.queue_id)
 
     async def settle(self, outcomes: Sequence[SendOutcome]) -> list[SendOutcome]:
         """Wait, once for all of them, until the messages :meth:`send_nowait` stored are
@@ -273,28 +257,41 @@ class SendService:
         if not stored:
             return list(outcomes)
         end = max(stored)
+        # Offsets only grow: what covers a message covers every one before it.
         durable = await self.storage.wait_durable(end)
-        replicated = durable and await self.replicas.wait_replicated(end) is SyncOutcome.OK
-        if replicated:
+        durable_to = end if durable else self.storage.store.durable_offset
+        if await self.replicas.wait_replicated(durable_to) is SyncOutcome.OK:
+            replicated_to = durable_to
+        else:
+            replicated_to = self.replicas.confirmed()
+        if replicated_to >= end:
             return list(outcomes)
-        # A failure: what each message would have got alone (offsets only grow, so what
-        # covers the last covers every one before it).
-        durable_to = self.storage.store.durable_offset if not durable else end
-        confirmed = self.replicas.confirmed() if durable else 0
-        remark = self.storage.store.statistics().last_disk_error
         settled = []
         for o in outcomes:
             result = o.result
             if not result.ok:
-                pass
+                pass  # refused: answered as it is
             elif result.end_offset > durable_to:
-                result = PutResult(PutStatus.DISK_ERROR, remark=remark)
-            elif durable and result.end_offset > confirmed:
+                result = self.storage.not_durable()
+            elif result.end_offset > replicated_to:
                 result = result._replace(
                     status=PutStatus.FLUSH_SLAVE_TIMEOUT, remark=_NOT_ACKNOWLEDGED
                 )
             settled.append(o if result is o.result else o._replace(result=result))
         return settled
+
+    def _message(self, req: SendRequest) -> MessageToStore:
+        """The message a send stores: its topic's checks (auto-created when allowed), its
+        queue, a classic retry past its maximum redirected to the DLQ."""
+        config = self.topic_for_send(req.topic, req.default_topic, req.default_topic_queue_nums)
+        queue_id = self._queue_id(config, req.queue_id)
+        topic, queue_id = self._dlq_redirect(req, queue_id)
+        # Transaction bits are the broker's to set (a commit's copy): never a producer's.
+        return MessageToStore(
+            topic, queue_id, req.body, req.properties, req.flag,
+            req.sys_flag & ~SYSFLAG_TRANSACTION_MASK, req.born_timestamp, req.born_host,
+            req.reconsume_times, 0, req.properties_text if topic == req.topic else None,
+        )  # fmt: skip
 
     def _check_in_sync(self) -> None:
         """Sync replication refuses a send before its append when too few replicas are in
