@@ -60,7 +60,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import struct
 import sys
 import tempfile
@@ -74,7 +73,7 @@ from typing import Any
 import trio
 
 from benchmarks.bench_broker import proc_cpu_seconds, write_row
-from benchmarks.bench_floor import median_of, spawned_server
+from benchmarks.bench_floor import RawClient, median_of, spawned_server
 from benchmarks.bench_grpc import null_server, official_client_python, trimq_server
 from broker.sockio import SocketReader, send_now
 from protocol.grpc import http2, schema
@@ -381,16 +380,13 @@ def floor_process(replies: list[Pieces], sockio: bool = False) -> Iterator[tuple
 
 
 # ---------------------------------------------------------------- the raw client
-class H2Client:
-    """One HTTP/2 connection over a blocking socket. Control frames it owes (SETTINGS and
-    PING acks, WINDOW_UPDATEs) go out with its next write."""
+class H2Client(RawClient):
+    """One HTTP/2 connection over bench_floor's blocking socket client. Control frames it
+    owes (SETTINGS and PING acks, WINDOW_UPDATEs) go out with its next write."""
 
     def __init__(self, port: int, deadline: float, method: str) -> None:
+        super().__init__(port, deadline)
         self.method = method
-        self.deadline = deadline
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = bytearray()
         self.owed: list[bytes] = []
         self.next_sid = 1
         self.send_window = http2.DEFAULT_WINDOW  # the connection's, towards the server
@@ -415,17 +411,6 @@ class H2Client:
         while not self.got_settings:
             self._more()
             self._walk()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def _more(self) -> None:
-        if time.monotonic() > self.deadline:
-            raise TimeoutError("benchmark ran past --max-seconds")
-        data = self.sock.recv(262144)
-        if not data:
-            raise ConnectionError("server closed the connection")
-        self.buf += data
 
     def _walk(self) -> None:
         """Take the complete frames in the buffer: count trailers and messages."""
